@@ -1,0 +1,32 @@
+"""Shared test fixtures: where the real data lives, quiet TensorFlow, fixed seeds."""
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> pathlib.Path:
+    """`$TFPRIV_DATA_DIR`, else `../shared/data` beside the repository (as in CI)."""
+    env = os.environ.get("TFPRIV_DATA_DIR")
+    return pathlib.Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+    path = shared_data_dir()
+    if not path.is_dir():
+        pytest.fail(f"real data not found at {path}; set TFPRIV_DATA_DIR")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    tf.random.set_seed(0)
+    np.random.seed(0)
+    yield
