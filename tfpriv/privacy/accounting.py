@@ -1,0 +1,140 @@
+"""RDP accounting with dp_accounting (the library behind TF Privacy's analysis).
+
+Every private step is one Poisson-sampled Gaussian mechanism with sampling rate q and the
+mode's *effective* noise multiplier (noise std over true sensitivity, `DPConfig`), under
+add-or-remove-one adjacency. Steps compose; a `PrivacyLedger` keeps the composed history in
+checkpointable variables so a resumed run continues its epsilon instead of restarting it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterable, Sequence
+
+import dp_accounting
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+
+# TF Privacy's default RDP orders (compute_dp_sgd_privacy_lib).
+DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512])
+
+Segment = tuple[float, float, int]  # (sampling rate q, effective noise multiplier, steps)
+
+
+def _event(q: float, noise: float, steps: int) -> dp_accounting.DpEvent:
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise)), steps)
+
+
+def epsilon_for(segments: Iterable[Segment], delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+    """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
+    accountant = dp_accounting.rdp.RdpAccountant(list(orders))
+    any_step = False
+    for q, noise, steps in segments:
+        if steps <= 0 or q <= 0:
+            continue
+        if noise <= 0:
+            return math.inf
+        accountant.compose(_event(q, noise, int(steps)))
+        any_step = True
+    if not any_step:
+        return 0.0
+    return float(accountant.get_epsilon(delta))
+
+
+def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
+                    history: Sequence[Segment] = ()) -> float:
+    """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
+    if steps <= 0:
+        raise ConfigError(f"--epsilon: calibration needs at least one planned step, got {steps}")
+    spent = epsilon_for(history, delta)
+    if spent >= target_epsilon:
+        raise ConfigError(f"--epsilon: target {target_epsilon:g} is already spent by the resumed run (epsilon {spent:.4g})")
+
+    def make_event(noise: float) -> dp_accounting.DpEvent:
+        return dp_accounting.ComposedDpEvent(
+            [_event(hq, hn, hs) for hq, hn, hs in history if hs > 0] + [_event(q, noise, steps)])
+
+    try:
+        return float(dp_accounting.calibrate_dp_mechanism(
+            lambda: dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS)), make_event, target_epsilon, delta,
+            dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+    except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
+        raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
+                          f"with q={q:g} over {steps} steps ({exc})") from None
+
+
+def max_steps_within(budget: float, delta: float, q: float, noise: float,
+                     history: Sequence[Segment] = (), limit: int = 10**9) -> int:
+    """Largest number of further steps whose composed epsilon stays <= budget (bisection)."""
+    def eps(n: int) -> float:
+        return epsilon_for(list(history) + [(q, noise, n)], delta)
+
+    if eps(1) > budget:
+        return 0
+    lo, hi = 1, 2
+    while hi < limit and eps(hi) <= budget:
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit)
+    if eps(hi) <= budget:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if eps(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class PrivacyLedger(tf.Module):
+    """Composed privacy history, stored in variables that `tf.train.Checkpoint` saves.
+
+    `history` holds finished segments as JSON; `steps` counts the current segment's steps
+    and is incremented inside the compiled train step, once per private update.
+    """
+
+    def __init__(self, name: str = "privacy_ledger"):
+        super().__init__(name=name)
+        self.history = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
+        self.current = tf.Variable("", dtype=tf.string, trainable=False, name="current")
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+
+    def begin(self, q: float, noise: float) -> None:
+        """Starts (or, after a resume with the same mechanism, continues) a segment."""
+        current = self.current.numpy().decode()
+        if current:
+            cq, cn = json.loads(current)
+            if math.isclose(cq, q, rel_tol=1e-12) and math.isclose(cn, noise, rel_tol=1e-12):
+                return
+            self._fold()
+        self.current.assign(json.dumps([q, noise]))
+        self.steps.assign(0)
+
+    def _fold(self) -> None:
+        current = self.current.numpy().decode()
+        if current and int(self.steps.numpy()) > 0:
+            q, noise = json.loads(current)
+            hist = json.loads(self.history.numpy().decode())
+            hist.append([q, noise, int(self.steps.numpy())])
+            self.history.assign(json.dumps(hist))
+        self.steps.assign(0)
+
+    def segments(self) -> list[Segment]:
+        hist = [tuple(s) for s in json.loads(self.history.numpy().decode())]
+        current = self.current.numpy().decode()
+        if current:
+            q, noise = json.loads(current)
+            hist.append((q, noise, int(self.steps.numpy())))
+        return hist
+
+    def finished_segments(self) -> list[Segment]:
+        return [tuple(s) for s in json.loads(self.history.numpy().decode())]
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s[2] for s in self.segments())
+
+    def epsilon(self, delta: float) -> float:
+        return epsilon_for(self.segments(), delta)

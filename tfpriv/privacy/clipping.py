@@ -1,0 +1,264 @@
+"""Per-group squared gradient norms and weighted gradient sums from one tapped forward pass.
+
+Groups are either single examples (sample-wise terms, phi_i) or partitions of the batch
+(batch-wise terms, psi_j). `FastPass` gets them from layer rules (ghost norms and
+book-keeping, `layer_rules`); `VectorizedPass` from per-example Jacobians of the whole
+model. Both expose the same three operations the engine needs:
+
+  sample_sq_norms()      ||grad phi_i||^2                        [B]
+  partition_sq_norms()   ||grad psi_j||^2                        [P]
+  micro_sq_norms()       ||grad phi_i + grad sum_j psi_j||^2     [B]  (micro with batch terms)
+  weighted(c_phi, c_psi) sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from tfpriv.privacy import layer_rules
+from tfpriv.privacy.taps import TapRecorder
+from tfpriv.privacy.terms import BatchLayout
+
+
+def _zeros_if_none(grads, like):
+    return [tf.zeros_like(t) if g is None else g for g, t in zip(grads, like)]
+
+
+def _sq_norms_factored(u: tf.Tensor, v: tf.Tensor, rows_per_group: float) -> tf.Tensor:
+    """||sum_r u_r ⊗ v_r||_F^2 per group for u [G, R, du], v [G, R, dv].
+
+    Ghost form sum_{r,s} (u_r·u_s)(v_r·v_s) costs R^2 (du + dv) per group, the direct
+    form R du dv; pick the cheaper one (mixed ghost clipping, Bu et al. 2022).
+    """
+    du, dv = u.shape[-1], v.shape[-1]
+    if rows_per_group == 1 and u.shape[1] == 1:
+        return tf.reduce_sum(tf.square(u), axis=[1, 2]) * tf.reduce_sum(tf.square(v), axis=[1, 2])
+    if rows_per_group * (du + dv) <= du * dv:
+        uu = tf.einsum("gri,gsi->grs", u, u)
+        vv = tf.einsum("grj,gsj->grs", v, v)
+        return tf.reduce_sum(uu * vv, axis=[1, 2])
+    outer = tf.einsum("gri,grj->gij", u, v)
+    return tf.reduce_sum(tf.square(outer), axis=[1, 2])
+
+
+def _flat_sq(x: tf.Tensor) -> tf.Tensor:
+    """Sum of squares over all but the first axis."""
+    return tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]), axis=1)
+
+
+def _row_coefficients(coef_example: tf.Tensor, rows: tf.Tensor, batch_size: tf.Tensor, ndims: int) -> tf.Tensor:
+    """Per-example coefficients [B] -> per-row [R, 1, ...] for rows laid out example-major."""
+    per_row = tf.repeat(coef_example, rows // tf.maximum(batch_size, 1))
+    return tf.reshape(per_row, tf.concat([[rows], tf.ones([ndims - 1], tf.int32)], 0))
+
+
+class FastPass:
+    """Ghost norms and book-keeping sums from the taps of one forward pass."""
+
+    def __init__(self, recorder: TapRecorder, variables: Sequence[tf.Variable], tape: tf.GradientTape,
+                 phi: tf.Tensor, psi: tf.Tensor | None, layout: BatchLayout, batch_size: tf.Tensor,
+                 expected_rows_per_partition: float):
+        self.recorder = recorder
+        self.variables = list(variables)
+        self.layout = layout
+        self.batch_size = batch_size
+        self.expected_rows = expected_rows_per_partition
+        self.tape = tape
+        self.phi, self.psi = phi, psi
+        taps = recorder.taps
+        outputs = [t.output for t in taps]
+        # output_gradients=ones differentiates sum(phi) without recording a new op on the tape.
+        self.g_phi = _zeros_if_none(tape.gradient(phi, outputs, output_gradients=tf.ones_like(phi)), outputs)
+        self.g_psi = (_zeros_if_none(tape.gradient(psi, outputs, output_gradients=tf.ones_like(psi)), outputs)
+                      if psi is not None else None)
+        self.by_layer: dict[int, list[int]] = {}
+        for k, tap in enumerate(taps):
+            self.by_layer.setdefault(id(tap.layer), []).append(k)
+        for tap in taps:
+            tf.debugging.assert_equal(
+                tf.shape(tap.output)[0] % tf.maximum(batch_size, 1), 0,
+                message=f"DP engine: layer {tap.layer.name} was called on a number of rows that is not a "
+                        "multiple of the batch size, so its gradient cannot be attributed to examples")
+        self._cache: dict = {}
+
+    # -- per-layer per-example quantities -------------------------------------------------
+    def _layer_factors(self, layer_id: int, grads: list[tf.Tensor]):
+        """U [B, T, du], V [B, T, dv], bias rows [B, nb] or None for a factor-rule layer."""
+        taps = self.recorder.taps
+        us, vs, bias = [], [], None
+        for k in self.by_layer[layer_id]:
+            tap = taps[k]
+            u, v = tap.rule.factors(tap, grads[k])
+            us.append(tf.reshape(u, [self.batch_size, -1, u.shape[-1]]))
+            vs.append(tf.reshape(v, [self.batch_size, -1, v.shape[-1]]))
+            if tap.layer.use_bias:
+                rows = tap.rule.bias_rows(tap, grads[k])
+                rows = tf.reduce_sum(tf.reshape(rows, [self.batch_size, -1, rows.shape[-1]]), axis=1)
+                bias = rows if bias is None else bias + rows
+        u = us[0] if len(us) == 1 else tf.concat(us, axis=1)
+        v = vs[0] if len(vs) == 1 else tf.concat(vs, axis=1)
+        return u, v, bias
+
+    def _layer_per_example(self, layer_id: int, grads: list[tf.Tensor]) -> list[tf.Tensor]:
+        """Per-example gradients [B, *w.shape] of a fallback layer, summed over its calls."""
+        taps = self.recorder.taps
+        total = None
+        for k in self.by_layer[layer_id]:
+            tap = taps[k]
+            per = tap.rule.per_example(tap, grads[k], self.batch_size, self.recorder.original_call(tap.layer))
+            total = per if total is None else [a + b for a, b in zip(total, per)]
+        return total
+
+    def _quantities(self, which: str):
+        if which not in self._cache:
+            grads = self.g_phi if which == "phi" else self.g_psi
+            out = {}
+            for layer_id, ks in self.by_layer.items():
+                rule = self.recorder.taps[ks[0]].rule
+                if isinstance(rule, layer_rules.FactorRule):
+                    out[layer_id] = ("factor", self._layer_factors(layer_id, grads))
+                else:
+                    out[layer_id] = ("dense", self._layer_per_example(layer_id, grads))
+            self._cache[which] = out
+        return self._cache[which]
+
+    # -- norms ------------------------------------------------------------------------------
+    def sample_sq_norms(self) -> tf.Tensor:
+        total = tf.zeros([self.batch_size])
+        for kind, q in self._quantities("phi").values():
+            if kind == "factor":
+                u, v, bias = q
+                total += _sq_norms_factored(u, v, rows_per_group=1)
+                if bias is not None:
+                    total += tf.reduce_sum(tf.square(bias), axis=1)
+            else:
+                total += tf.add_n([_flat_sq(g) for g in q])
+        return total
+
+    def partition_sq_norms(self) -> tf.Tensor:
+        layout = self.layout
+        total = tf.zeros([layout.num_partitions])
+        for kind, q in self._quantities("psi").values():
+            if kind == "factor":
+                u, v, bias = q
+                ug = tf.reshape(layout.gather(u), [layout.num_partitions, -1, u.shape[-1]])
+                vg = tf.reshape(layout.gather(v), [layout.num_partitions, -1, v.shape[-1]])
+                rows = self.expected_rows * (u.shape[1] if u.shape[1] is not None else 1)
+                total += _sq_norms_factored(ug, vg, rows_per_group=rows)
+                if bias is not None:
+                    total += tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(bias), axis=1)), axis=1)
+            else:
+                for g in q:
+                    summed = tf.math.unsorted_segment_sum(g, layout.partition_ids, layout.num_partitions)
+                    total += _flat_sq(summed)
+        return total
+
+    def micro_sq_norms(self) -> tf.Tensor:
+        """||grad phi_i + G||^2 with G the gradient of all batch-wise terms (one partition)."""
+        total = self.sample_sq_norms()
+        phi_q, psi_q = self._quantities("phi"), self._quantities("psi")
+        shared = tf.constant(0.0)
+        for layer_id, (kind, q_phi) in phi_q.items():
+            q_psi = psi_q[layer_id][1]
+            if kind == "factor":
+                u_phi, v_phi, b_phi = q_phi
+                u_psi, v_psi, b_psi = q_psi
+                m = tf.einsum("bti,btj->ij", u_psi, v_psi)
+                cross = tf.reduce_sum(tf.einsum("bti,ij->btj", u_phi, m) * v_phi, axis=[1, 2])
+                shared += tf.reduce_sum(tf.square(m))
+                if b_phi is not None:
+                    mb = tf.reduce_sum(b_psi, axis=0)
+                    cross += tf.linalg.matvec(b_phi, mb)
+                    shared += tf.reduce_sum(tf.square(mb))
+            else:
+                cross = tf.zeros([self.batch_size])
+                for g_phi, g_psi in zip(q_phi, q_psi):
+                    m = tf.reduce_sum(g_psi, axis=0)
+                    cross += tf.reduce_sum(tf.reshape(g_phi * m[None], [self.batch_size, -1]), axis=1)
+                    shared += tf.reduce_sum(tf.square(m))
+            total += 2.0 * cross
+        return total + shared
+
+    # -- weighted sums ------------------------------------------------------------------------
+    def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
+        """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j, aligned with `variables`."""
+        if method == "reweight":
+            targets, weights = [self.phi], [c_phi]
+            if self.psi is not None and c_psi is not None:
+                targets.append(self.psi)
+                weights.append(c_psi)
+            grads = self.tape.gradient(targets, self.variables, output_gradients=weights,
+                                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return grads
+        taps = self.recorder.taps
+        result: dict[int, tf.Tensor] = {}
+
+        def add(var, value):
+            result[id(var)] = value if id(var) not in result else result[id(var)] + value
+
+        use_psi = self.g_psi is not None and c_psi is not None
+        psi_example = tf.gather(c_psi, self.layout.partition_ids) if use_psi else None
+        fallback_done = set()
+        for k, tap in enumerate(taps):
+            rule = tap.rule
+            if isinstance(rule, layer_rules.FactorRule):
+                g = self.g_phi[k]
+                rows, nd = tf.shape(g)[0], g.shape.rank
+                g_w = g * _row_coefficients(c_phi, rows, self.batch_size, nd)
+                if use_psi:
+                    g_w += self.g_psi[k] * _row_coefficients(psi_example, rows, self.batch_size, nd)
+                u, v = rule.factors(tap, g_w)
+                outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
+                add(tap.layer.kernel, rule.kernel_from_outer(tap.layer, outer))
+                if tap.layer.use_bias:
+                    add(tap.layer.bias, tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
+            elif id(tap.layer) not in fallback_done:
+                fallback_done.add(id(tap.layer))
+                per_phi = self._quantities("phi")[id(tap.layer)][1]
+                per_psi = self._quantities("psi")[id(tap.layer)][1] if use_psi else None
+                for j, var in enumerate(self.recorder.layer_vars[id(tap.layer)]):
+                    value = tf.tensordot(c_phi, per_phi[j], axes=1)
+                    if use_psi:
+                        value += tf.tensordot(psi_example, per_psi[j], axes=1)
+                    add(var, value)
+        return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
+
+
+class VectorizedPass:
+    """The same quantities from per-example (per-partition) Jacobians of the whole model.
+
+    Slow but general: also right for losses that differentiate through the model twice
+    (gradient penalties), where the layer-local factorisation does not hold.
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable], tape: tf.GradientTape, phi: tf.Tensor,
+                 psi: tf.Tensor | None, layout: BatchLayout, batch_size: tf.Tensor):
+        self.variables = list(variables)
+        self.layout = layout
+        self.batch_size = batch_size
+        self.phi, self.psi = phi, psi
+        zero = tf.UnconnectedGradients.ZERO
+        self.j_phi = tape.jacobian(phi, self.variables, unconnected_gradients=zero, experimental_use_pfor=True)
+        self.j_psi = (tape.jacobian(psi, self.variables, unconnected_gradients=zero, experimental_use_pfor=True)
+                      if psi is not None else None)
+
+    def sample_sq_norms(self) -> tf.Tensor:
+        return tf.add_n([_flat_sq(j) for j in self.j_phi])
+
+    def partition_sq_norms(self) -> tf.Tensor:
+        return tf.add_n([_flat_sq(j) for j in self.j_psi])
+
+    def micro_sq_norms(self) -> tf.Tensor:
+        total = self.sample_sq_norms()
+        for jp, js in zip(self.j_phi, self.j_psi):
+            m = tf.reduce_sum(js, axis=0)
+            total += 2.0 * tf.reduce_sum(tf.reshape(jp * m[None], [self.batch_size, -1]), axis=1)
+            total += tf.reduce_sum(tf.square(m))
+        return total
+
+    def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
+        out = [tf.tensordot(c_phi, j, axes=1) for j in self.j_phi]
+        if self.j_psi is not None and c_psi is not None:
+            out = [o + tf.tensordot(c_psi, j, axes=1) for o, j in zip(out, self.j_psi)]
+        return out

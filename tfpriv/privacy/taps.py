@@ -1,0 +1,98 @@
+"""Recording layer calls during a forward pass, so the engine can see per-layer inputs and outputs.
+
+`TapRecorder` finds every leaf layer that owns trainable variables, assigns it a rule, and
+while `recording()` is active replaces that layer instance's `call` so each call is logged
+as a `Tap`. It refuses a model whose trainable variables are not all owned by a leaf layer:
+an unrecorded variable would receive an unclipped gradient.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterable, Sequence
+
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+from tfpriv.privacy import layer_rules
+
+Layer = tf.keras.layers.Layer
+
+
+def leaf_layers(roots: Sequence[tf.Module]) -> list[Layer]:
+    """Layers (below `roots`) that own trainable variables directly, each once."""
+    found: dict[int, Layer] = {}
+    for root in roots:
+        candidates = [root] if isinstance(root, Layer) else []
+        if isinstance(root, Layer):
+            candidates += list(root._flatten_layers(include_self=False, recursive=True))
+        for layer in candidates:
+            own = _own_trainable(layer)
+            if own:
+                found.setdefault(id(layer), layer)
+    return list(found.values())
+
+
+def _own_trainable(layer: Layer) -> list[tf.Variable]:
+    """Trainable variables of `layer` not owned by one of its sublayers."""
+    sub = {id(v) for s in layer._flatten_layers(include_self=False, recursive=True) for v in s.trainable_weights}
+    return [v for v in layer.trainable_weights if id(v) not in sub]
+
+
+class TapRecorder:
+    """Maps variables to (layer, rule) and records layer calls inside `recording()`."""
+
+    def __init__(self, roots: Sequence[tf.Module], variables: Iterable[tf.Variable]):
+        self.layers = leaf_layers(roots)
+        self.rules = {id(layer): layer_rules.rule_for(layer) for layer in self.layers}
+        self.layer_vars: dict[int, list[tf.Variable]] = {}
+        owner: dict[int, Layer] = {}
+        for layer in self.layers:
+            rule = self.rules[id(layer)]
+            rule_vars = rule.variables(layer)
+            own = {id(v) for v in _own_trainable(layer)}
+            if {id(v) for v in rule_vars} != own:
+                # e.g. a Dense subclass with extra weights: use the generic fallback.
+                self.rules[id(layer)] = rule = layer_rules.FALLBACK
+                rule_vars = rule.variables(layer)
+            self.layer_vars[id(layer)] = rule_vars
+            for v in rule_vars:
+                owner[id(v)] = layer
+        missing = [v.name for v in variables if id(v) not in owner]
+        if missing:
+            raise ConfigError(
+                f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: {missing}")
+        self.owner = owner
+        self.taps: list[layer_rules.Tap] = []
+        self._original_calls: dict[int, object] = {}
+
+    def original_call(self, layer: Layer):
+        return self._original_calls.get(id(layer), layer.call)
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Patches the tracked layers' `call` for the duration of one forward pass."""
+        self.taps = []
+        patched = []
+        try:
+            for layer in self.layers:
+                original = layer.call
+                self._original_calls[id(layer)] = original
+                object.__setattr__(layer, "call", self._tapped_call(layer, original))
+                patched.append(layer)
+            yield self
+        finally:
+            for layer in patched:
+                object.__delattr__(layer, "call")
+
+    def _tapped_call(self, layer: Layer, original):
+        rule = self.rules[id(layer)]
+
+        @tf.autograph.experimental.do_not_convert
+        def call(inputs, *args, **kwargs):
+            if args:
+                raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by the DP engine")
+            out, tapped = rule.forward(layer, original, inputs, kwargs)
+            self.taps.append(layer_rules.Tap(layer, rule, inputs, tapped, kwargs))
+            return out
+
+        return call
