@@ -1,0 +1,132 @@
+"""MNIST and Fashion-MNIST from their original IDX files (gzip), md5-verified.
+
+IDX format (LeCun et al.): a big-endian header of two zero bytes, a type code (0x08 for
+unsigned bytes), the number of dimensions d, then d uint32 sizes, then the data in C
+order. Image files have magic 2051 (0x00000803: ubyte, 3 dims), label files 2049
+(0x00000801: ubyte, 1 dim).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import pathlib
+import struct
+import zlib
+
+import numpy as np
+
+from tfpriv.data import checksums
+from tfpriv.data.registry import Dataset, fresh_copy, make_dataset
+from tfpriv.errors import DataError
+
+IMAGE_MAGIC = 2051
+LABEL_MAGIC = 2049
+_UBYTE = 0x08
+
+_SPLIT_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+# (dataset name, resolved data_dir) -> (identities of its four files, Dataset).
+_cache: dict[tuple[str, str], tuple[tuple, Dataset]] = {}
+
+
+def read_idx(path: str | os.PathLike, *, expected_md5: str | None = None) -> np.ndarray:
+    """Parse an IDX file (gzip-compressed or raw) into a uint8 array shaped by its header.
+
+    If `expected_md5` is given the file is verified first. Malformed files (bad magic,
+    non-ubyte data, payload size not matching the header) raise `DataError` naming `path`.
+    """
+    path = pathlib.Path(path)
+    if expected_md5 is not None:
+        checksums.verify_md5(path, expected_md5)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(f"{path}: not a valid gzip file ({exc})") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise DataError(f"{path}: not an IDX file (bad magic number)")
+    if raw[2] != _UBYTE:
+        raise DataError(f"{path}: IDX type code 0x{raw[2]:02x} unsupported (want 0x08, ubyte)")
+    ndim = raw[3]
+    header_len = 4 + 4 * ndim
+    if ndim == 0 or len(raw) < header_len:
+        raise DataError(f"{path}: truncated IDX header ({ndim} dims)")
+    dims = struct.unpack(f">{ndim}I", raw[4:header_len])
+    expected = int(np.prod(dims, dtype=np.int64))
+    if len(raw) - header_len != expected:
+        raise DataError(
+            f"{path}: IDX payload has {len(raw) - header_len} bytes, header {dims} needs {expected}"
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header_len).reshape(dims).copy()
+
+
+def _magic(array: np.ndarray) -> int:
+    return (_UBYTE << 8) | array.ndim
+
+
+def _read_split(root: pathlib.Path, name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    image_rel, label_rel = (f"{name}/{f}" for f in _SPLIT_FILES[split])
+    images = read_idx(root / image_rel, expected_md5=checksums.MD5[image_rel])
+    labels = read_idx(root / label_rel, expected_md5=checksums.MD5[label_rel])
+    if _magic(images) != IMAGE_MAGIC or images.shape[1:] != (28, 28):
+        raise DataError(f"{root / image_rel}: expected images [N,28,28], got {images.shape}")
+    if _magic(labels) != LABEL_MAGIC or labels.shape != (images.shape[0],):
+        n = images.shape[0]
+        raise DataError(f"{root / label_rel}: expected {n} labels, got shape {labels.shape}")
+    return images, labels
+
+
+def _load(name: str, data_dir: str | os.PathLike | None) -> Dataset:
+    root = checksums.require_data_dir(data_dir, name)
+    rels = [f"{name}/{f}" for pair in _SPLIT_FILES.values() for f in pair]
+    for rel in rels:
+        if not (root / rel).is_file():
+            raise DataError(f"--data_dir: {root} has no {rel}")
+    identities = tuple(checksums.file_identity(root / rel) for rel in rels)
+    cache_key = (name, str(root.resolve()))
+    hit = _cache.get(cache_key)
+    if hit is not None and hit[0] == identities:
+        return fresh_copy(hit[1])
+
+    x, y = {}, {}
+    for split in _SPLIT_FILES:
+        images, labels = _read_split(root, name, split)
+        pixels = images[..., None].astype(np.float32)
+        pixels /= np.float32(255.0)
+        x[split], y[split] = pixels, labels.astype(np.int64)
+    ds = make_dataset(
+        name,
+        x["train"],
+        x["test"],
+        {"label": y["train"]},
+        {"label": y["test"]},
+        kind="image",
+        likelihood="bernoulli",
+        num_classes={"label": 10},
+    )
+    _cache[cache_key] = (identities, ds)
+    return fresh_copy(ds)
+
+
+def load_mnist(data_dir: str | os.PathLike | None, *, seed: int = 0) -> Dataset:
+    """MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"}."""
+    del seed  # fixed original split
+    return _load("mnist", data_dir)
+
+
+def load_fashion_mnist(data_dir: str | os.PathLike | None, *, seed: int = 0) -> Dataset:
+    """Fashion-MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"}."""
+    del seed  # fixed original split
+    return _load("fashion_mnist", data_dir)
+
+
+def clear_cache() -> None:
+    """Drop cached datasets (for tests and memory)."""
+    _cache.clear()
