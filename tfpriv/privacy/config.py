@@ -50,7 +50,7 @@ class DPConfig:
     batch_clip: float = 0.0
     noise_multiplier: float = 1.0
     num_partitions: int = 1
-    expected_batch_size: float = 1.0
+    expected_batch_size: float | None = None
     max_batch_size: int | None = None
     clipping: str = "fast"
     clipped_sum: str = "bookkeeping"
@@ -64,15 +64,17 @@ class DPConfig:
             raise ConfigError(f"--clipping: must be one of {', '.join(CLIPPING_METHODS)}, got {self.clipping!r}")
         if self.clipped_sum not in CLIPPED_SUM_METHODS:
             raise ConfigError(f"--clipped_sum: must be one of {', '.join(CLIPPED_SUM_METHODS)}, got {self.clipped_sum!r}")
-        if not self.expected_batch_size > 0:
+        if self.expected_batch_size is not None and not self.expected_batch_size > 0:
             raise ConfigError(f"--batch_size: expected batch size must be > 0, got {self.expected_batch_size}")
         if self.num_partitions < 0:
             raise ConfigError(f"--num_partitions: must be >= 1 (or 0 for one partition per example), got {self.num_partitions}")
-        if self.num_partitions > self.expected_batch_size:
+        if self.expected_batch_size is not None and self.num_partitions > self.expected_batch_size:
             raise ConfigError(
                 f"--num_partitions: b={self.num_partitions} exceeds the batch size B={self.expected_batch_size:g}")
         if not self.private:
             return
+        if self.expected_batch_size is None:
+            raise ConfigError("--batch_size: private aggregation needs the expected batch size q*N (expected_batch_size)")
         if not (math.isfinite(self.l2_norm_clip) and self.l2_norm_clip > 0):
             raise ConfigError(f"--l2_norm_clip: must be a positive finite number, got {self.l2_norm_clip}")
         if not (math.isfinite(self.batch_clip) and self.batch_clip >= 0):

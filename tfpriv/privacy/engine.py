@@ -170,7 +170,6 @@ class DPGradientEngine:
         logs = {name: tf.reduce_sum(v) / n for name, v in terms.sample.items()}
         parts = tf.cast(tf.maximum(layout.num_partitions, 1), tf.float32)
         logs.update({name: tf.reduce_sum(v) / parts for name, v in terms.batch.items()})
-        logs["batch_size"] = tf.cast(batch_size, tf.float32)
         return logs
 
     # -- reference computations (tests, verification) -------------------------------------------

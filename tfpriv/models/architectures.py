@@ -1,0 +1,76 @@
+"""Built-in encoders/decoders. Encoders map x -> [B, 2D] (mean ‖ log-variance); decoders map
+z [B, D] -> logits (Bernoulli images) or means (Gaussian data) shaped like x.
+
+Every layer here has a fast clipping rule (Dense, Conv2D, Conv2DTranspose), so private
+training never falls back to per-example Jacobians.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+
+L = tf.keras.layers
+
+
+def conv_encoder_28(latent_dim: int = 50, input_shape=(28, 28, 1)) -> tf.keras.Model:
+    """Conv encoder for 28x28 images, in the style of Mathieu et al. 2019's Fashion-MNIST net
+    (strided 4x4 convolutions, one hidden FC layer)."""
+    x = tf.keras.Input(input_shape)
+    h = L.Conv2D(32, 4, strides=2, padding="same", activation="relu")(x)     # 14x14
+    h = L.Conv2D(64, 4, strides=2, padding="same", activation="relu")(h)     # 7x7
+    h = L.Flatten()(h)
+    h = L.Dense(256, activation="relu")(h)
+    return tf.keras.Model(x, L.Dense(2 * latent_dim)(h), name="conv_encoder")
+
+
+def conv_decoder_28(latent_dim: int = 50, channels: int = 1) -> tf.keras.Model:
+    z = tf.keras.Input([latent_dim])
+    h = L.Dense(256, activation="relu")(z)
+    h = L.Dense(7 * 7 * 64, activation="relu")(h)
+    h = L.Reshape([7, 7, 64])(h)
+    h = L.Conv2DTranspose(32, 4, strides=2, padding="same", activation="relu")(h)   # 14x14
+    out = L.Conv2DTranspose(channels, 4, strides=2, padding="same")(h)               # 28x28 logits
+    return tf.keras.Model(z, out, name="conv_decoder")
+
+
+def mlp_encoder(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int] = (256, 128),
+                activation: str = "relu") -> tf.keras.Model:
+    x = tf.keras.Input(tuple(input_shape))
+    h = L.Flatten()(x) if len(input_shape) > 1 else x
+    for width in hidden:
+        h = L.Dense(width, activation=activation)(h)
+    return tf.keras.Model(x, L.Dense(2 * latent_dim)(h), name="mlp_encoder")
+
+
+def mlp_decoder(latent_dim: int, output_shape: Sequence[int], hidden: Sequence[int] = (128, 256),
+                activation: str = "relu") -> tf.keras.Model:
+    z = tf.keras.Input([latent_dim])
+    h = z
+    for width in hidden:
+        h = L.Dense(width, activation=activation)(h)
+    out = L.Dense(int(np.prod(output_shape)))(h)
+    if len(output_shape) > 1:
+        out = L.Reshape(tuple(output_shape))(out)
+    return tf.keras.Model(z, out, name="mlp_decoder")
+
+
+ARCHITECTURES = ("conv", "mlp", "pinwheel")
+
+
+def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int) -> tuple[tf.keras.Model, tf.keras.Model]:
+    """(encoder, decoder) by name: `conv` (28x28 images), `mlp` (anything), `pinwheel` (small FC)."""
+    input_shape = tuple(int(d) for d in input_shape)
+    if name == "conv":
+        if input_shape[:2] != (28, 28):
+            raise ConfigError(f"--architecture=conv: needs 28x28 images, got input shape {input_shape}")
+        return conv_encoder_28(latent_dim, input_shape), conv_decoder_28(latent_dim, input_shape[-1])
+    if name == "mlp":
+        return mlp_encoder(input_shape, latent_dim), mlp_decoder(latent_dim, input_shape)
+    if name == "pinwheel":
+        return (mlp_encoder(input_shape, latent_dim, hidden=(64, 64), activation="tanh"),
+                mlp_decoder(latent_dim, input_shape, hidden=(64, 64), activation="tanh"))
+    raise ConfigError(f"--architecture: must be one of {', '.join(ARCHITECTURES)}, got {name!r}")

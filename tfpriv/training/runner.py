@@ -1,0 +1,143 @@
+"""Planning and running private training: noise calibration, checkpoints, resume, budget.
+
+`plan_privacy` turns flags into a `PrivacyPlan` (validated, noise calibrated for a target
+epsilon when one is given); `fit_private` runs `model.fit` with Poisson or shuffled
+batches, epsilon logged every epoch, a hard `max_epsilon` stop, TensorBoard logs and
+checkpoints that carry the privacy ledger, so a resumed run continues its epsilon.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfpriv.data.sampling import SHUFFLE_CAVEAT, default_max_batch_size, make_dataset
+from tfpriv.errors import ConfigError
+from tfpriv.privacy.accounting import calibrate_noise
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.terms import TermSpec
+from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
+from tfpriv.training.dp_model import DPModel
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyPlan:
+    config: DPConfig
+    has_batch_terms: bool
+    num_examples: int
+    batch_size: int
+    sampling: str
+    sampling_rate: float
+    steps_per_epoch: int
+    epochs: int
+    delta: float
+    target_epsilon: float | None
+    max_epsilon: float | None
+
+    @property
+    def effective_noise_multiplier(self) -> float:
+        return self.config.effective_noise_multiplier(self.has_batch_terms)
+
+    @property
+    def planned_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+    def summary(self) -> dict:
+        cfg = self.config
+        out = {
+            "aggregation": cfg.aggregation,
+            "noise_multiplier": cfg.noise_multiplier if cfg.private else 0.0,
+            "effective_noise_multiplier": self.effective_noise_multiplier,
+            "sensitivity_in_clip_units": cfg.sensitivity(self.has_batch_terms) if cfg.private else None,
+            "noise_stddev": cfg.noise_stddev(self.has_batch_terms),
+            "l2_norm_clip": cfg.l2_norm_clip,
+            "batch_clip": cfg.batch_clip,
+            "num_partitions": cfg.num_partitions,
+            "max_batch_size": cfg.max_batch_size,
+            "sampling": self.sampling,
+            "sampling_rate": self.sampling_rate,
+            "batch_size": self.batch_size,
+            "num_examples": self.num_examples,
+            "delta": self.delta,
+            "target_epsilon": self.target_epsilon,
+            "max_epsilon": self.max_epsilon,
+        }
+        if self.sampling == "shuffle" and cfg.private:
+            out["epsilon_caveat"] = SHUFFLE_CAVEAT
+        return out
+
+
+def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size: int, epochs: int,
+                 sampling: str = "poisson", delta: float | None = None, target_epsilon: float | None = None,
+                 max_epsilon: float | None = None) -> PrivacyPlan:
+    """Validates the privacy flags together and calibrates the noise for a target epsilon."""
+    if epochs < 1:
+        raise ConfigError(f"--epochs: must be >= 1, got {epochs}")
+    if not 1 <= batch_size <= num_examples:
+        raise ConfigError(f"--batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
+    if delta is None:
+        delta = 10 ** math.floor(math.log10(1.0 / num_examples)) if num_examples > 1 else 1e-5
+        delta = min(delta, 1e-5)
+    if not 0 < delta < 1.0 / num_examples:
+        raise ConfigError(f"--delta: must be in (0, 1/N) = (0, {1.0 / num_examples:.3g}) for N={num_examples}, got {delta}")
+    for flag, value in (("--epsilon", target_epsilon), ("--max_epsilon", max_epsilon)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{flag}: must be a positive finite number, got {value}")
+    _, q, steps_per_epoch = make_dataset(np.zeros([num_examples, 1], np.float32), batch_size, sampling)
+    config = config.replace(expected_batch_size=float(batch_size))  # re-validates b <= B
+    has_batch = spec.has_batch_terms
+    if config.aggregation == "micro" and config.batch_terms_active(has_batch) and config.max_batch_size is None:
+        cap = batch_size if sampling == "shuffle" else default_max_batch_size(num_examples, q)
+        config = config.replace(max_batch_size=min(cap, num_examples))
+    if config.private and target_epsilon is not None:
+        effective = calibrate_noise(target_epsilon, delta, q, steps_per_epoch * epochs)
+        config = config.replace(noise_multiplier=config.noise_multiplier_for(effective, has_batch))
+    config.sensitivity(has_batch)  # raises for configurations that cannot be accounted
+    return PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
+                       delta, target_epsilon, max_epsilon)
+
+
+def fit_private(model: DPModel, arrays, plan: PrivacyPlan, optimizer: tf.keras.optimizers.Optimizer,
+                output_dir: str, seed: int | None = None, verbose: int = 2,
+                extra_callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> dict:
+    """Compiles and fits `model` under `plan`; resumes from `output_dir/checkpoints` if present."""
+    dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling, seed)
+    model.compile(optimizer=optimizer, dp=plan.config)
+    first = next(iter(dataset))
+    engine = model.prepare(first)
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, ledger=model.ledger,
+                                     generator=engine.generator, epoch=epoch)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, "checkpoints"), max_to_keep=2)
+    resumed = manager.latest_checkpoint is not None
+    if resumed:
+        checkpoint.restore(manager.latest_checkpoint)
+    noise = plan.effective_noise_multiplier
+    if plan.config.private:
+        model.ledger.begin(q, noise)
+    privacy = PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon) if plan.config.private else None
+    callbacks = ([privacy] if privacy else []) + [
+        CheckpointCallback(manager, epoch),
+        tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
+        *extra_callbacks,
+    ]
+    initial_epoch = int(epoch.numpy())
+    history = {}
+    if initial_epoch < plan.epochs and not (privacy and privacy.allowed == 0):
+        hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
+                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+        history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
+    steps = model.ledger.total_steps if plan.config.private else int(optimizer.iterations.numpy())
+    epsilon = model.ledger.epsilon(plan.delta) if plan.config.private else math.inf
+    return {
+        "epsilon": epsilon,
+        "steps": steps,
+        "epochs_completed": int(epoch.numpy()),
+        "resumed": resumed,
+        "budget_reached": bool(privacy and privacy.budget_reached),
+        "history": history,
+    }
