@@ -73,8 +73,6 @@ class DPConfig:
                 f"--num_partitions: b={self.num_partitions} exceeds the batch size B={self.expected_batch_size:g}")
         if not self.private:
             return
-        if self.expected_batch_size is None:
-            raise ConfigError("--batch_size: private aggregation needs the expected batch size q*N (expected_batch_size)")
         if not (math.isfinite(self.l2_norm_clip) and self.l2_norm_clip > 0):
             raise ConfigError(f"--l2_norm_clip: must be a positive finite number, got {self.l2_norm_clip}")
         if not (math.isfinite(self.batch_clip) and self.batch_clip >= 0):

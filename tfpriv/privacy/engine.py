@@ -47,6 +47,8 @@ class DPGradientEngine:
 
     def __init__(self, config: DPConfig, roots: tf.Module | Sequence[tf.Module], spec: TermSpec,
                  variables: Sequence[tf.Variable] | None = None):
+        if config.private and config.expected_batch_size is None:
+            raise ConfigError("DP engine: private aggregation needs expected_batch_size (q*N, the fixed denominator)")
         self.config = config
         self.spec = spec
         roots = list(roots) if isinstance(roots, (list, tuple)) else [roots]

@@ -1,0 +1,1 @@
+"""The `train.py` command line: absl flags, job dispatch, one-line errors with exit code 2."""
