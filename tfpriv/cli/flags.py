@@ -18,7 +18,7 @@ flags.DEFINE_string("sampling", "poisson", "poisson (what the accountant assumes
 flags.DEFINE_float("l2_norm_clip", 1.0, "C: per-example clip norm (C1 of the sample-wise terms in termwise mode).")
 flags.DEFINE_float("batch_clip", 0.5, "C2: per-partition clip norm of batch-wise terms (termwise); 0 drops them from the gradient.")
 flags.DEFINE_integer("num_partitions", 4, "b: partitions of each batch for batch-wise terms (termwise); 0 = one per example.")
-flags.DEFINE_float("noise_multiplier", 1.0, "z: noise std over clip norm for each clipped block (ignored when --epsilon is set).")
+flags.DEFINE_float("noise_multiplier", 3.5, "z: noise std over clip norm for each clipped block (ignored when --epsilon is set).")
 flags.DEFINE_float("epsilon", None, "Target epsilon: calibrates --noise_multiplier for the planned steps.")
 flags.DEFINE_float("delta", None, "delta; must be < 1/N. Default: the power of ten below min(1/N, 1e-5).")
 flags.DEFINE_float("max_epsilon", None, "Hard budget: training stops before a step would exceed it.")

@@ -199,18 +199,34 @@ class DPGradientEngine:
         Jacobians of the same forward pass, and checks that each sample-wise term depends
         on its own example only (no cross-example layers such as batch normalisation).
         """
-        if self.recorder is None:
-            return
+        if self.config.aggregation in ("none", "batch"):
+            return  # no per-example clipping to get wrong
         inputs = tf.nest.map_structure(lambda t: t[:max_examples], inputs)
         batch_size = batch_size_of(inputs)
         layout = self.layout(batch_size)
         float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(float_inputs)
-            with self.recorder.recording():
+            if self.recorder is not None:
+                with self.recorder.recording():
+                    terms = loss_fn(inputs, layout)
+            else:
                 terms = loss_fn(inputs, layout)
             phi = terms.sample_total()
             psi = terms.batch_total(layout.num_partitions) if self.batch_terms else None
+        n = int(batch_size)
+        for x in float_inputs:
+            jac = tape.jacobian(phi, x, experimental_use_pfor=False)
+            if jac is None:
+                continue
+            jac = tf.reshape(jac, [n, n, -1]).numpy()
+            off = np.abs(jac).sum(axis=2) * (1 - np.eye(n))
+            if off.max() > 1e-6 * max(1.0, np.abs(jac).max()):
+                raise ConfigError(
+                    "DP engine: a sample-wise loss term depends on other examples in the batch "
+                    "(e.g. batch normalisation); declare it as a batch-wise term instead")
+        if self.recorder is None:
+            return
         fast = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
         slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
         checks = [("per-example", fast.sample_sq_norms(), slow.sample_sq_norms())]
@@ -226,14 +242,3 @@ class DPGradientEngine:
                     f"DP engine: fast clipping is not exact for this model ({what} gradient norms "
                     f"{a[:4]} vs per-example Jacobian {b[:4]}); the loss uses a variable outside its "
                     "layer's call or differentiates through the model twice: use clipping='vectorized'")
-        n = int(batch_size)
-        for x in float_inputs:
-            jac = tape.jacobian(phi, x, experimental_use_pfor=False)
-            if jac is None:
-                continue
-            jac = tf.reshape(jac, [n, n, -1]).numpy()
-            off = np.abs(jac).sum(axis=2) * (1 - np.eye(n))
-            if off.max() > 1e-6 * max(1.0, np.abs(jac).max()):
-                raise ConfigError(
-                    "DP engine: a sample-wise loss term depends on other examples in the batch "
-                    "(e.g. batch normalisation); declare it as a batch-wise term instead")

@@ -47,9 +47,14 @@ class TapRecorder:
         self.layer_vars: dict[int, list[tf.Variable]] = {}
         owner: dict[int, Layer] = {}
         for layer in self.layers:
+            own_vars = _own_trainable(layer)
+            if len(own_vars) != len(layer.trainable_weights):
+                raise ConfigError(
+                    f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: "
+                    f"{[v.name for v in own_vars]} belong to {layer.name}, which also calls sublayers")
             rule = self.rules[id(layer)]
             rule_vars = rule.variables(layer)
-            own = {id(v) for v in _own_trainable(layer)}
+            own = {id(v) for v in own_vars}
             if {id(v) for v in rule_vars} != own:
                 # e.g. a Dense subclass with extra weights: use the generic fallback.
                 self.rules[id(layer)] = rule = layer_rules.FALLBACK
