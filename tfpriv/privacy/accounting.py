@@ -19,7 +19,8 @@ from tfpriv.errors import ConfigError
 # TF Privacy's default RDP orders (compute_dp_sgd_privacy_lib).
 DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512])
 
-Segment = tuple[float, float, int]  # (sampling rate q, effective noise multiplier, steps)
+Segment = tuple[float, float, int]
+MAX_NOISE = 1000.0  # calibration searches effective noise multipliers in [1e-3, MAX_NOISE]  # (sampling rate q, effective noise multiplier, steps)
 
 
 def _event(q: float, noise: float, steps: int) -> dp_accounting.DpEvent:
@@ -56,10 +57,17 @@ def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
         return dp_accounting.ComposedDpEvent(
             [_event(hq, hn, hs) for hq, hn, hs in history if hs > 0] + [_event(q, noise, steps)])
 
+    def eps_at(noise: float) -> float:
+        accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+        return accountant.compose(make_event(noise)).get_epsilon(delta)
+
+    if eps_at(MAX_NOISE) > target_epsilon:
+        raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with q={q:g} "
+                          f"over {steps} steps (even an effective noise multiplier of {MAX_NOISE:g} gives more)")
     try:
         return float(dp_accounting.calibrate_dp_mechanism(
             lambda: dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS)), make_event, target_epsilon, delta,
-            dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+            dp_accounting.ExplicitBracketInterval(1e-3, MAX_NOISE), tol=1e-4))
     except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
         raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
                           f"with q={q:g} over {steps} steps ({exc})") from None

@@ -1,0 +1,79 @@
+"""The accountant against dp_accounting built independently here, and its ledger."""
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+from tfpriv.privacy import accounting as acc
+
+
+def independent_epsilon(q, noise, steps, delta):
+    accountant = dp_accounting.rdp.RdpAccountant(
+        [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512],
+        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise))
+    for _ in range(3):  # compose in pieces: steps split 3 ways
+        accountant.compose(event, steps // 3)
+    accountant.compose(event, steps - 3 * (steps // 3))
+    return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("q,noise,steps,delta", [
+    (256 / 60000, 1.1, 14060, 1e-5),
+    (0.05, 0.9, 500, 1e-4),
+    (0.01, 2.0, 1000, 1e-6),
+])
+def test_epsilon_matches_dp_accounting(q, noise, steps, delta):
+    assert acc.epsilon_for([(q, noise, steps)], delta) == pytest.approx(independent_epsilon(q, noise, steps, delta), rel=1e-9)
+
+
+def test_full_batch_gaussian_matches_closed_form_rdp():
+    """q=1, one step: RDP(a) = a / (2 s^2); dp_accounting's conversion (Balle et al. 2020)."""
+    s, delta = 3.0, 1e-5
+    orders = np.array(acc.DEFAULT_ORDERS)
+    rdp = orders / (2 * s * s)
+    eps = rdp + np.log1p(-1 / orders) - (np.log(delta) + np.log(orders)) / (orders - 1)
+    assert acc.epsilon_for([(1.0, s, 1)], delta) == pytest.approx(max(0.0, eps.min()), rel=1e-6)
+
+
+def test_segments_compose():
+    one = acc.epsilon_for([(0.01, 1.0, 300)], 1e-5)
+    split = acc.epsilon_for([(0.01, 1.0, 100), (0.01, 1.0, 200)], 1e-5)
+    assert split == pytest.approx(one, rel=1e-9)
+    assert acc.epsilon_for([(0.01, 0.0, 10)], 1e-5) == math.inf
+    assert acc.epsilon_for([], 1e-5) == 0.0
+
+
+def test_calibration_reaches_the_target_from_below():
+    noise = acc.calibrate_noise(3.0, 1e-5, 0.01, 2000)
+    assert acc.epsilon_for([(0.01, noise, 2000)], 1e-5) <= 3.0
+    assert acc.epsilon_for([(0.01, noise * 0.99, 2000)], 1e-5) > 3.0
+
+
+def test_calibration_refuses_unreachable_targets():
+    with pytest.raises(ConfigError, match="--epsilon"):
+        acc.calibrate_noise(1e-9, 1e-5, 0.5, 10**6)
+
+
+def test_max_steps_within_is_tight():
+    n = acc.max_steps_within(2.0, 1e-5, 0.02, 1.2)
+    assert acc.epsilon_for([(0.02, 1.2, n)], 1e-5) <= 2.0 < acc.epsilon_for([(0.02, 1.2, n + 1)], 1e-5)
+
+
+def test_ledger_continues_after_checkpoint_restore(tmp_path):
+    ledger = acc.PrivacyLedger()
+    ledger.begin(0.01, 1.0)
+    ledger.steps.assign(120)
+    path = tf.train.Checkpoint(ledger=ledger).save(str(tmp_path / "ckpt"))
+    restored = acc.PrivacyLedger()
+    tf.train.Checkpoint(ledger=restored).restore(path)
+    restored.begin(0.01, 1.0)          # same mechanism: continue the segment
+    restored.steps.assign_add(80)
+    assert restored.segments() == [(0.01, 1.0, 200)]
+    restored.begin(0.02, 1.5)          # a new mechanism folds the old segment into history
+    restored.steps.assign_add(10)
+    assert restored.segments() == [(0.01, 1.0, 200), (0.02, 1.5, 10)]
+    assert restored.epsilon(1e-5) == pytest.approx(acc.epsilon_for([(0.01, 1.0, 200), (0.02, 1.5, 10)], 1e-5))
