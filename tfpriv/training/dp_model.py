@@ -48,6 +48,8 @@ class DPModel(tf.keras.Model):
         self.loss_terms(sample_batch, BatchLayout.single(n), training=False)  # creates variables
         engine = DPGradientEngine(self.dp_config, self, self.term_spec(), variables=self.trainable_variables)
         object.__setattr__(self, "engine", engine)
+        if hasattr(self.optimizer, "build"):
+            self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         if self.dp_config.private and self.dp_config.verify:
             engine.verify(self._loss_fn, sample_batch)
         spec = self.term_spec()

@@ -1,0 +1,93 @@
+"""Private training end to end: one trace for all batch sizes, budget stop, resume continuity."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.models.architectures import build_architecture
+from tfpriv.models.divergences import make_divergence
+from tfpriv.models.priors import make_prior
+from tfpriv.models.vae import VAE
+from tfpriv.privacy.accounting import epsilon_for, max_steps_within
+from tfpriv.privacy.config import DPConfig
+from tfpriv.training.results import REQUIRED_KEYS, write_results
+from tfpriv.training.runner import fit_private, plan_privacy
+
+N = 200
+
+
+def data():
+    rng = np.random.default_rng(0)
+    return (rng.random([N, 12]) > 0.5).astype(np.float32)
+
+
+def vae():
+    enc, dec = build_architecture("mlp", [12], 3)
+    return VAE(enc, dec, prior=make_prior("sparse", 3), alpha=5.0, regularizer=make_divergence("mmd"))
+
+
+def plan(model, epochs=2, **kw):
+    cfg = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=1.5, num_partitions=2)
+    return plan_privacy(cfg, model.term_spec(), N, 20, epochs, delta=1e-3, **kw)
+
+
+def test_poisson_batches_vary_but_train_step_is_traced_once(tmp_path):
+    model = vae()
+    p = plan(model, epochs=2)
+    out = fit_private(model, data(), p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    assert model.train_function.experimental_get_tracing_count() == 1
+    assert out["steps"] == 2 * p.steps_per_epoch == 20
+    expected = epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, 20)], 1e-3)
+    assert out["epsilon"] == pytest.approx(expected)
+    assert len(out["history"]["epsilon"]) == 2 and out["history"]["epsilon"][1] == pytest.approx(expected)
+    assert os.path.isdir(tmp_path / "logs")
+
+
+def test_resumed_run_continues_its_epsilon(tmp_path):
+    first = vae()
+    fit_private(first, data(), plan(first, epochs=1), tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    second = vae()
+    p = plan(second, epochs=3)
+    out = fit_private(second, data(), p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    assert out["resumed"] and out["epochs_completed"] == 3
+    assert out["steps"] == 30   # 10 before the restart + 20 after: continued, not restarted
+    assert out["epsilon"] == pytest.approx(epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, 30)], 1e-3))
+
+
+def test_resume_restores_weights_and_optimizer(tmp_path):
+    first = vae()
+    fit_private(first, data(), plan(first, epochs=1), tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    saved = [w.copy() for w in first.get_weights()]
+    second = vae()
+    opt = tf.keras.optimizers.Adam(1e-3)
+    fit_private(second, data(), plan(second, epochs=1), opt, str(tmp_path), seed=1, verbose=0)  # nothing left to do
+    for a, b in zip(saved, second.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_max_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
+    model = vae()
+    p = plan(model, epochs=50, max_epsilon=3.0)
+    out = fit_private(model, data(), p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    allowed = max_steps_within(3.0, 1e-3, p.sampling_rate, p.effective_noise_multiplier)
+    assert out["budget_reached"] and out["steps"] == allowed < 50 * p.steps_per_epoch
+    assert out["epsilon"] <= 3.0
+
+
+def test_target_epsilon_calibrates_the_noise():
+    model = vae()
+    p = plan(model, epochs=4, target_epsilon=2.0)
+    eps = epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, p.planned_steps)], p.delta)
+    assert 1.95 < eps <= 2.0
+    assert p.config.noise_multiplier == pytest.approx(p.effective_noise_multiplier * 5 ** 0.5)
+
+
+def test_results_json_requires_the_documented_keys(tmp_path):
+    with pytest.raises(KeyError, match="epsilon"):
+        write_results(str(tmp_path), {"model": "x"})
+    record = {k: 1 for k in REQUIRED_KEYS}
+    record["epsilon"] = float("inf")
+    path = write_results(str(tmp_path), record)
+    assert json.load(open(path))["epsilon"] == "inf"
