@@ -1,0 +1,74 @@
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.errors import DataError, UsageError
+from tfpriv.metrics import mnist_classifier as mc
+from tfpriv.training.results import REQUIRED_KEYS
+
+# Smoke threshold only: 1 epoch on 6000 images. The real classifier's accuracy (>= 99.3%)
+# is measured by `python -m tfpriv.metrics.mnist_classifier` and recorded in the docs.
+SMOKE_MIN_ACCURACY = 0.80
+SMOKE = dict(epochs=1, max_train_examples=6000)
+
+
+def test_load_mnist_shapes_and_range(data_dir):
+    x_train, y_train, x_test, y_test = mc.load_mnist(data_dir)
+    assert x_train.shape == (60000, 28, 28, 1) and x_test.shape == (10000, 28, 28, 1)
+    assert x_train.min() == 0.0 and x_train.max() == 1.0
+    assert np.bincount(y_test).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+@pytest.fixture(scope="module")
+def smoke_cache(tmp_path_factory, data_dir):
+    cache = tmp_path_factory.mktemp("mnist_classifier")
+    model = mc.get_mnist_classifier(str(data_dir), cache_dir=str(cache), **SMOKE)
+    return cache, model
+
+
+def test_training_writes_cache_and_records(smoke_cache):
+    cache, _ = smoke_cache
+    directory = cache / mc.cache_key(1, 0, 6000)
+    assert (directory / "model.keras").is_file()
+    info = mc.load_info(str(cache), **SMOKE)
+    assert info["model_version"] == mc.MODEL_VERSION and info["train_examples"] == 6000
+    assert info["test_accuracy"] >= SMOKE_MIN_ACCURACY
+    record = json.loads((directory / "results.json").read_text())
+    assert set(REQUIRED_KEYS) <= set(record)
+    assert record["metrics"]["test_accuracy"] == info["test_accuracy"]
+
+
+def test_second_call_loads_from_cache_without_training(smoke_cache, data_dir, monkeypatch):
+    cache, model = smoke_cache
+    monkeypatch.setattr(mc, "train_classifier", lambda *a, **k: pytest.fail("retrained"))
+    loaded = mc.get_mnist_classifier(str(data_dir), cache_dir=str(cache), **SMOKE)
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_outputs_are_probabilities_and_penultimate_features(smoke_cache, data_dir):
+    _, model = smoke_cache
+    _, _, x_test, y_test = mc.load_mnist(data_dir)
+    probs, features = mc.classifier_outputs(model, x_test[:300], batch_size=128)
+    assert probs.shape == (300, 10) and features.shape == (300, mc.FEATURE_DIM)
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+    assert features.min() >= 0.0  # ReLU feature layer
+    # the features are exactly what the softmax layer sees
+    w, b = model.get_layer("probs").get_weights()
+    logits = features @ w + b
+    np.testing.assert_allclose(probs, tf.nn.softmax(logits).numpy(), atol=1e-5)
+    np.testing.assert_allclose(probs, model.predict(x_test[:300], verbose=0), atol=1e-6)
+    assert np.mean(probs.argmax(1) == y_test[:300]) >= SMOKE_MIN_ACCURACY
+    # [n, 28, 28] is accepted as single-channel
+    probs2, _ = mc.classifier_outputs(model, x_test[:5, ..., 0])
+    np.testing.assert_allclose(probs2, probs[:5], atol=1e-6)
+
+
+def test_outputs_reject_wrong_range_and_shape(smoke_cache):
+    _, model = smoke_cache
+    with pytest.raises(UsageError, match=r"^images: expected values in \[0, 1\]"):
+        mc.classifier_outputs(model, -np.ones((2, 28, 28, 1)))
+    with pytest.raises(UsageError, match="^images: expected shape"):
+        mc.classifier_outputs(model, np.zeros((2, 32, 32, 1)))

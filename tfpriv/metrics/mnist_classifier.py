@@ -1,0 +1,177 @@
+"""The MNIST classifier behind the DP-GAN scores (inception score, Frechet distance).
+
+A small non-private CNN trained by the project on real MNIST (Schwabedal et al. use one at
+about 99.6% test accuracy). It is trained once and cached on disk, keyed by MODEL_VERSION and
+the training settings, so every evaluation scores samples with the same network.
+
+Reproduce the cached model (prints test accuracy and wall time, writes results.json):
+    python -m tfpriv.metrics.mnist_classifier --data-dir ../shared/data
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+import time
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfpriv.errors import DataError, UsageError
+from tfpriv.training.results import write_results
+
+MODEL_VERSION = "cnn5x5-v1"  # bump when the architecture or training recipe changes
+DEFAULT_EPOCHS = 8
+FEATURE_DIM = 256
+DEFAULT_BATCH_SIZE = 128
+DEFAULT_CACHE_DIR = pathlib.Path("~/.cache/tfpriv/mnist_classifier")
+
+
+def load_mnist(data_dir: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test); images float32 [n, 28, 28, 1] in [0, 1], checksums verified."""
+    from tfpriv.data import load_dataset
+
+    data = load_dataset("mnist", data_dir)
+    return data.x_train, data.labels_train["label"], data.x_test, data.labels_test["label"]
+
+
+def build_classifier() -> tf.keras.Model:
+    """Two 5x5 conv + pool blocks, a 256-unit feature layer, dropout, softmax over 10 digits."""
+    layers = tf.keras.layers
+    return tf.keras.Sequential([
+        layers.Input((28, 28, 1)),
+        layers.Conv2D(32, 5, padding="same", activation="relu"),
+        layers.MaxPooling2D(),
+        layers.Conv2D(64, 5, padding="same", activation="relu"),
+        layers.MaxPooling2D(),
+        layers.Flatten(),
+        layers.Dense(FEATURE_DIM, activation="relu", name="features"),
+        layers.Dropout(0.5),
+        layers.Dense(10, activation="softmax", name="probs"),
+    ], name="mnist_classifier")
+
+
+def train_classifier(data_dir: str, epochs: int = DEFAULT_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
+                     seed: int = 0, max_train_examples: Optional[int] = None,
+                     verbose: int = 0) -> Tuple[tf.keras.Model, Dict]:
+    """Trains the classifier with Adam (lr 1e-3, cosine decay); returns (model, info)."""
+    x_train, y_train, x_test, y_test = load_mnist(data_dir)
+    if max_train_examples is not None:
+        x_train, y_train = x_train[:max_train_examples], y_train[:max_train_examples]
+    tf.keras.utils.set_random_seed(seed)
+    model = build_classifier()
+    steps = epochs * int(np.ceil(len(x_train) / batch_size))
+    lr = tf.keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=max(steps, 1), alpha=0.05)
+    model.compile(tf.keras.optimizers.Adam(lr), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    start = time.time()
+    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
+    train_seconds = time.time() - start
+    _, test_acc = model.evaluate(x_test, y_test, batch_size=1000, verbose=0)
+    info = {
+        "model_version": MODEL_VERSION, "epochs": epochs, "batch_size": batch_size, "seed": seed,
+        "train_examples": int(len(x_train)), "steps": steps, "test_accuracy": float(test_acc),
+        "train_seconds": float(train_seconds), "tensorflow": tf.__version__,
+    }
+    return model, info
+
+
+def cache_key(epochs: int, seed: int, max_train_examples: Optional[int]) -> str:
+    n = "all" if max_train_examples is None else str(max_train_examples)
+    return f"{MODEL_VERSION}_e{epochs}_n{n}_s{seed}"
+
+
+def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> None:
+    write_results(str(directory), {
+        "model": "mnist_classifier", "dataset": "mnist", "aggregation": "none (non-private)",
+        "epsilon": float("inf"), "delta": 0.0, "noise_multiplier": 0.0,
+        "effective_noise_multiplier": 0.0, "sampling_rate": batch_size / info["train_examples"],
+        "steps": info["steps"], "epochs": info["epochs"],
+        "metrics": {"test_accuracy": info["test_accuracy"], "train_seconds": info["train_seconds"]},
+        "classifier": info,
+    })
+
+
+def get_mnist_classifier(data_dir: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS,
+                         seed: int = 0, max_train_examples: Optional[int] = None,
+                         verbose: int = 0) -> tf.keras.Model:
+    """The cached classifier for these settings, training and caching it on first use.
+
+    Cache: `<cache_dir>/<cache_key>/model.keras` with `info.json` (test accuracy, wall time)
+    and `results.json`; cache_dir defaults to ~/.cache/tfpriv/mnist_classifier.
+    """
+    if epochs < 1:
+        raise UsageError(f"epochs: must be >= 1, got {epochs}")
+    if max_train_examples is not None and max_train_examples < 1:
+        raise UsageError(f"max_train_examples: must be >= 1, got {max_train_examples}")
+    root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
+    directory = root / cache_key(epochs, seed, max_train_examples)
+    model_path = directory / "model.keras"
+    if model_path.is_file():
+        return tf.keras.models.load_model(model_path, compile=False)
+    model, info = train_classifier(data_dir, epochs=epochs, seed=seed,
+                                   max_train_examples=max_train_examples, verbose=verbose)
+    tmp = root / (directory.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save(tmp / "model.keras")
+    (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    _write_run_record(tmp, info, DEFAULT_BATCH_SIZE)
+    try:
+        os.replace(tmp, directory)  # atomic publish; a concurrent winner keeps its copy
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model
+
+
+def load_info(cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
+              max_train_examples: Optional[int] = None) -> Dict:
+    """The training record (test accuracy, wall time, ...) of a cached classifier."""
+    root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
+    path = root / cache_key(epochs, seed, max_train_examples) / "info.json"
+    if not path.is_file():
+        raise DataError(f"{path}: no cached MNIST classifier for these settings")
+    return json.loads(path.read_text())
+
+
+def classifier_outputs(model: tf.keras.Model, images: np.ndarray,
+                       batch_size: int = 1000) -> Tuple[np.ndarray, np.ndarray]:
+    """(probs [n, 10], features [n, d]) for images [n, 28, 28, 1] with values in [0, 1].
+
+    features are the input of the final softmax layer (the penultimate representation, the
+    256-unit `features` layer; dropout is inactive at inference), for the Frechet distance.
+    """
+    x = np.asarray(images, dtype=np.float32)
+    if x.ndim == 3:
+        x = x[..., None]
+    if x.ndim != 4 or x.shape[1:] != (28, 28, 1):
+        raise UsageError(f"images: expected shape [n, 28, 28, 1], got {np.shape(images)}")
+    if x.size and (x.min() < 0.0 or x.max() > 1.0):
+        raise UsageError(f"images: expected values in [0, 1], got range [{x.min():.3g}, {x.max():.3g}]")
+    both = tf.keras.Model(model.inputs, [model.output, model.layers[-1].input])
+    probs, features = both.predict(x, batch_size=batch_size, verbose=0)
+    return probs.astype(np.float64), features.astype(np.float64)
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(description="Train (or load) and cache the MNIST evaluation classifier.")
+    parser.add_argument("--data-dir", required=True, help="folder holding mnist/*.gz")
+    parser.add_argument("--cache-dir", default=None, help="default ~/.cache/tfpriv/mnist_classifier")
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        get_mnist_classifier(args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2)
+        info = load_info(args.cache_dir, epochs=args.epochs, seed=args.seed)
+    except UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
+    print(json.dumps(info, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
