@@ -121,9 +121,10 @@ class DPGradientEngine:
             grads = self._add_noise([g * scale for g in grads])
         return grads, self._logs(terms, layout, batch_size)
 
-    def _pass(self, loss_fn, inputs, layout, batch_size):
-        cfg = self.config
+    def _forward(self, loss_fn, inputs, layout, watch=()):
+        """One recorded forward pass: (persistent tape, terms, phi [B], psi [P] or None)."""
         with tf.GradientTape(persistent=True) as tape:
+            tape.watch(list(watch))
             if self.recorder is not None:
                 with self.recorder.recording():
                     terms = loss_fn(inputs, layout)
@@ -131,6 +132,11 @@ class DPGradientEngine:
                 terms = loss_fn(inputs, layout)
             phi = terms.sample_total()
             psi = terms.batch_total(layout.num_partitions) if self.batch_terms else None
+        return tape, terms, phi, psi
+
+    def _pass(self, loss_fn, inputs, layout, batch_size):
+        cfg = self.config
+        tape, terms, phi, psi = self._forward(loss_fn, inputs, layout)
         if self.recorder is not None:
             b = cfg.partitions_for_batch_terms
             rows = 1.0 if b == SINGLETON_PARTITIONS else cfg.expected_batch_size / b
@@ -205,15 +211,7 @@ class DPGradientEngine:
         batch_size = batch_size_of(inputs)
         layout = self.layout(batch_size)
         float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(float_inputs)
-            if self.recorder is not None:
-                with self.recorder.recording():
-                    terms = loss_fn(inputs, layout)
-            else:
-                terms = loss_fn(inputs, layout)
-            phi = terms.sample_total()
-            psi = terms.batch_total(layout.num_partitions) if self.batch_terms else None
+        tape, _, phi, psi = self._forward(loss_fn, inputs, layout, watch=float_inputs)
         n = int(batch_size)
         for x in float_inputs:
             jac = tape.jacobian(phi, x, experimental_use_pfor=False)

@@ -112,7 +112,18 @@ def _patches(images: tf.Tensor, kernel_hw, strides, dilation, padding: str) -> t
         rates=[1, dilation[0], dilation[1], 1], padding=padding.upper())
 
 
-class Conv2DRule(FactorRule):
+class _ConvRule(FactorRule):
+    """Shared by Conv2D and Conv2DTranspose: kernel reshapes and per-row bias sums."""
+
+    def kernel_from_outer(self, layer, outer):
+        lead = tf.shape(outer)[:-2]
+        return tf.reshape(outer, tf.concat([lead, layer.kernel.shape], 0))
+
+    def bias_rows(self, tap, grad):
+        return tf.reduce_sum(grad, axis=[1, 2])
+
+
+class Conv2DRule(_ConvRule):
     name = "conv2d"
 
     def supports(self, layer):
@@ -134,15 +145,8 @@ class Conv2DRule(FactorRule):
         v = tf.reshape(grad, [rows, -1, layer.filters])
         return u, v
 
-    def kernel_from_outer(self, layer, outer):
-        lead = tf.shape(outer)[:-2]
-        return tf.reshape(outer, tf.concat([lead, layer.kernel.shape], 0))
 
-    def bias_rows(self, tap, grad):
-        return tf.reduce_sum(grad, axis=[1, 2])
-
-
-class Conv2DTransposeRule(FactorRule):
+class Conv2DTransposeRule(_ConvRule):
     name = "conv2d_transpose"
 
     def supports(self, layer):
@@ -178,13 +182,6 @@ class Conv2DTransposeRule(FactorRule):
         u = tf.reshape(u, [rows, -1, u.shape[-1]])
         v = tf.reshape(tf.cast(tap.inputs, grad.dtype), [rows, -1, tap.inputs.shape[-1]])
         return u, v
-
-    def kernel_from_outer(self, layer, outer):
-        lead = tf.shape(outer)[:-2]
-        return tf.reshape(outer, tf.concat([lead, layer.kernel.shape], 0))
-
-    def bias_rows(self, tap, grad):
-        return tf.reduce_sum(grad, axis=[1, 2])
 
 
 class VectorizedRule(LayerRule):
