@@ -19,8 +19,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-METRICS = (("hoyer_sparsity", "Hoyer sparsity"), ("log_likelihood", "test log-likelihood (nats)"), ("mmd", "MMD(q(z), p(z))"))
-ORDER = ("vae", "vae_mmd", "privae", "privae_mmd", "micro_mmd", "batch_mmd")
+SPARSITY_METRICS = (("hoyer_sparsity", "Hoyer sparsity"), ("log_likelihood", "test log-likelihood (nats)"),
+                    ("mmd", "MMD(q(z), p(z))"))
+PINWHEEL_METRICS = (("cluster_purity", "latent cluster purity"), ("reconstruction_error", "reconstruction MSE"),
+                    ("log_likelihood", "test log-likelihood (nats)"))
+METRICS = SPARSITY_METRICS
+ORDER = ("vae", "vae_mmd", "privae", "privae_mmd", "micro_mmd", "batch_mmd", "kl", "kl_paper", "nokl")
 
 
 def load(runs_dir: str):
@@ -88,4 +92,6 @@ def main(runs_dir: str, prefix: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[3] == "pinwheel":
+        METRICS = PINWHEEL_METRICS
     main(sys.argv[1], sys.argv[2])
