@@ -107,7 +107,9 @@ class PrivacyLedger(tf.Module):
         super().__init__(name=name)
         self.history = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
         self.current = tf.Variable("", dtype=tf.string, trainable=False, name="current")
-        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+        # One increment per global step, not per replica, under a tf.distribute strategy.
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps",
+                                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
     def begin(self, q: float, noise: float) -> None:
         """Starts (or, after a resume with the same mechanism, continues) a segment."""

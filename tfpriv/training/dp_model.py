@@ -34,7 +34,8 @@ class DPModel(tf.keras.Model):
         object.__setattr__(self, "dp_config", dp if dp is not None else NON_PRIVATE)
         object.__setattr__(self, "engine", None)
         if getattr(self, "ledger", None) is None:
-            object.__setattr__(self, "ledger", PrivacyLedger())
+            with self.distribute_strategy.scope():
+                object.__setattr__(self, "ledger", PrivacyLedger())
         object.__setattr__(self, "_trackers", {})
 
     # -- set-up outside tf.function ---------------------------------------------------------
@@ -45,11 +46,13 @@ class DPModel(tf.keras.Model):
         if not hasattr(self, "dp_config"):
             raise RuntimeError("call compile() before fit()")
         n = tf.shape(tf.nest.flatten(sample_batch)[0])[0]
-        self.loss_terms(sample_batch, BatchLayout.single(n), training=False)  # creates variables
-        engine = DPGradientEngine(self.dp_config, self, self.term_spec(), variables=self.trainable_variables)
+        # Variables and the noise generator must live in the distribution strategy's scope.
+        with self.distribute_strategy.scope():
+            self.loss_terms(sample_batch, BatchLayout.single(n), training=False)  # creates variables
+            engine = DPGradientEngine(self.dp_config, self, self.term_spec(), variables=self.trainable_variables)
+            if hasattr(self.optimizer, "build"):
+                self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         object.__setattr__(self, "engine", engine)
-        if hasattr(self.optimizer, "build"):
-            self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         if self.dp_config.private and self.dp_config.verify:
             engine.verify(self._loss_fn, sample_batch)
         spec = self.term_spec()

@@ -1,0 +1,42 @@
+"""Run in a fresh process: 2 logical CPUs, MirroredStrategy; prints JSON with measured values."""
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+from tfpriv.privacy.config import DPConfig  # noqa: E402
+from tfpriv.privacy.terms import LossTerms, TermSpec  # noqa: E402
+from tfpriv.training.dp_model import DPModel  # noqa: E402
+
+
+class Linear(DPModel):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(200, kernel_initializer="zeros")
+
+    def term_spec(self):
+        return TermSpec(sample=("loss",))
+
+    def loss_terms(self, x, layout, training=True):
+        return LossTerms({"loss": tf.reduce_sum(self.dense(x), axis=1)})
+
+
+def weights_after_one_step(noise: float) -> np.ndarray:
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = Linear()
+        model.compile(tf.keras.optimizers.SGD(1.0), dp=DPConfig(
+            aggregation="micro", l2_norm_clip=0.5, noise_multiplier=noise, expected_batch_size=32, seed=1, verify=False))
+    x = np.random.default_rng(0).standard_normal([32, 40]).astype(np.float32)
+    model.fit(tf.data.Dataset.from_tensors(x), epochs=1, verbose=0)
+    return np.concatenate([w.ravel() for w in model.get_weights()]), int(model.ledger.steps.numpy()), strategy.num_replicas_in_sync
+
+
+clean, _, _ = weights_after_one_step(0.0)
+noisy, steps, replicas = weights_after_one_step(2.0)
+print(json.dumps({"noise_std": float(np.std(noisy - clean)), "expected": 2.0 * 0.5 / 32,
+                  "coordinates": int(clean.size), "steps": steps, "replicas": replicas}))
