@@ -1,0 +1,145 @@
+"""Stage 2 + 3 on latent codes: train a user's filter, release, evaluate, compare to the Gaussian mechanism.
+
+Labels are passed as dicts keyed by role: "private", "utility" and optionally "nontarget".
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from tfpriv.errors import UsageError
+from tfpriv.filter import baseline, divergence as div, evaluation, rdp
+from tfpriv.filter.architectures import build_classifier
+from tfpriv.filter.filters import LinearFilter, build_filter
+from tfpriv.filter.game import FilterGame
+
+
+@dataclasses.dataclass
+class FilterConfig:
+    filter_type: str = "linear"
+    noise_dim: int | None = None  # None: the latent dimension
+    divergence: str = "kl"
+    budget: float = 1.0
+    utility_weight: float = 1.0
+    rho_init: float = 10.0
+    epochs: int = 1000
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    classifier_kind: str = "mlp"
+    eval_epochs: int = 30
+    eval_min_steps: int = 3000
+    rdp_delta: float = 1e-5
+    adversary_objective: str = "ce"
+    adversary_steps: int = 1
+    ema_decay: float = 0.0
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.budget < 0:
+            raise UsageError(f"--budget: must be >= 0, got {self.budget}")
+        if self.divergence not in div.DIVERGENCES:
+            raise UsageError(f"--divergence: must be one of {div.DIVERGENCES}, got {self.divergence!r}")
+        if self.filter_type not in ("linear", "mlp"):
+            raise UsageError(f"--filter_type: must be 'linear' or 'mlp', got {self.filter_type!r}")
+        if self.epochs < 0:
+            raise UsageError(f"--filter_epochs: must be >= 0, got {self.epochs}")
+        if self.utility_weight < 0:
+            raise UsageError(f"--utility_weight: must be >= 0, got {self.utility_weight}")
+        if self.rho_init <= 0:
+            raise UsageError(f"--penalty_rho: must be > 0, got {self.rho_init}")
+        if self.noise_dim is not None and self.noise_dim < 1:
+            raise UsageError(f"--noise_dim: must be >= 1, got {self.noise_dim}")
+
+
+def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, num_utility: int,
+                 precision: np.ndarray, cfg: FilterConfig, log_every: int = 0, logger=None) -> FilterGame:
+    """Runs the stage-2 game on codes z with private labels y and utility labels u."""
+    tf.random.set_seed(cfg.seed)
+    dim = z.shape[1]
+    game = FilterGame(
+        build_filter(cfg.filter_type, dim, num_private, cfg.noise_dim),
+        build_classifier(dim, num_private, cfg.classifier_kind, name="adversary"),
+        build_classifier(dim, num_utility, cfg.classifier_kind, name="utility"),
+        precision, num_private, divergence=cfg.divergence, budget=cfg.budget,
+        utility_weight=cfg.utility_weight, rho_init=cfg.rho_init,
+        adversary_objective=cfg.adversary_objective, adversary_steps=cfg.adversary_steps,
+        ema_decay=cfg.ema_decay)
+    opt = lambda: tf.keras.optimizers.Adam(cfg.learning_rate)  # noqa: E731
+    game.compile(opt(), opt(), opt())
+    game.history = game.fit_epochs(z, y, u, cfg.epochs, cfg.batch_size, log_every=log_every, logger=logger)
+    game.use_averaged_filter()
+    return game
+
+
+def evaluate_codes(train_codes: np.ndarray, test_codes: np.ndarray, labels_train: Mapping[str, np.ndarray],
+                   labels_test: Mapping[str, np.ndarray], num_classes: Mapping[str, int],
+                   cfg: FilterConfig) -> dict[str, float]:
+    """Flat metrics: {role}_accuracy, {role}_auroc per label role, mutual_information (private, test codes)."""
+    tf.random.set_seed(cfg.seed + 1000)
+    per = evaluation.evaluate_release(train_codes, test_codes, labels_train, labels_test, num_classes,
+                                      cfg.classifier_kind, cfg.eval_epochs, cfg.batch_size, cfg.learning_rate,
+                                      cfg.eval_min_steps)
+    out = {f"{role}_{m}": v for role, ms in per.items() for m, v in ms.items()}
+    out["mutual_information"] = evaluation.mutual_information(test_codes, labels_test["private"], seed=cfg.seed)
+    return out
+
+
+def filter_privacy(game: FilterGame, delta: float) -> dict:
+    """Label-change RDP curve and (ε, δ) of a trained linear filter; None entries for the MLP filter."""
+    if not isinstance(game.filter_layer, LinearFilter):
+        return {"filter_rdp": None, "filter_epsilon": None, "filter_delta": delta, "filter_rdp_note": "mlp filter: no closed form"}
+    curve = rdp.linear_filter_rdp(game.filter_layer.noise_matrix, game.filter_layer.label_matrix)
+    eps, order = rdp.rdp_to_epsilon(curve, delta)
+    return {"filter_rdp": curve, "filter_epsilon": eps, "filter_epsilon_order": order, "filter_delta": delta,
+            "filter_sensitivity_sq": rdp.label_change_sensitivity_sq(game.filter_layer.noise_matrix,
+                                                                      game.filter_layer.label_matrix)}
+
+
+def release_and_evaluate(game: FilterGame, codes_train: np.ndarray, codes_test: np.ndarray,
+                         labels_train: Mapping[str, np.ndarray], labels_test: Mapping[str, np.ndarray],
+                         num_classes: Mapping[str, int], precision: np.ndarray, cfg: FilterConfig,
+                         gaussian: bool = True) -> dict:
+    """Releases train/test codes through a trained filter and, at the same budget, the Gaussian
+    mechanism; evaluates both with fresh classifiers."""
+    tf.random.set_seed(cfg.seed + 7)
+    rel_train = game.privatize(codes_train, labels_train["private"])
+    rel_test = game.privatize(codes_test, labels_test["private"])
+    res = {"budget": cfg.budget, "seed": cfg.seed, "train_log": game.history[-1] if game.history else {}}
+    res["filter"] = evaluate_codes(rel_train, rel_test, labels_train, labels_test, num_classes, cfg)
+    res["filter"]["divergence_test"] = div.mean_divergence(cfg.divergence, rel_test - codes_test, precision)
+    res["filter"].update(filter_privacy(game, cfg.rdp_delta))
+    if gaussian:
+        sigma = baseline.gaussian_noise_scale(cfg.budget, precision, cfg.divergence)
+        rng = np.random.default_rng(cfg.seed + 11)
+        g_train = baseline.gaussian_mechanism(codes_train, sigma, rng)
+        g_test = baseline.gaussian_mechanism(codes_test, sigma, rng)
+        res["gaussian"] = evaluate_codes(g_train, g_test, labels_train, labels_test, num_classes, cfg)
+        res["gaussian"]["sigma"] = sigma
+        res["gaussian"]["divergence_test"] = div.mean_divergence(cfg.divergence, g_test - codes_test, precision)
+        scale = baseline.covariance_shaped_scale(cfg.budget, codes_train.shape[1], cfg.divergence)
+        c_train = baseline.covariance_mechanism(codes_train, scale, precision, rng)
+        c_test = baseline.covariance_mechanism(codes_test, scale, precision, rng)
+        res["gaussian_cov"] = evaluate_codes(c_train, c_test, labels_train, labels_test, num_classes, cfg)
+        res["gaussian_cov"]["scale"] = scale
+        res["gaussian_cov"]["divergence_test"] = div.mean_divergence(cfg.divergence, c_test - codes_test, precision)
+    res["_game"], res["_release_test"] = game, rel_test
+    return res
+
+
+def run_budget(codes_train: np.ndarray, codes_test: np.ndarray, labels_train: Mapping[str, np.ndarray],
+               labels_test: Mapping[str, np.ndarray], num_classes: Mapping[str, int], precision: np.ndarray,
+               cfg: FilterConfig, gaussian: bool = True) -> dict:
+    """One budget, one seed: filter trained on all train codes vs the Gaussian mechanism."""
+    cfg.validate()
+    game = train_filter(codes_train, labels_train["private"], labels_train["utility"],
+                        num_classes["private"], num_classes["utility"], precision, cfg)
+    return release_and_evaluate(game, codes_train, codes_test, labels_train, labels_test, num_classes,
+                                precision, cfg, gaussian)
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    a = np.asarray([v for v in values if v is not None], np.float64)
+    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0, "n": int(len(a))}
