@@ -9,7 +9,10 @@ of the same model. Models:
     DPKerasSGDOptimizer (one microbatch per example), TF Privacy's DPSequential (fast
     clipping), and a tf.vectorized_map per-example-gradient loop.
 
-    python bench/throughput.py [--batch_size=256] [--steps=20] [--out=bench/results.json]
+Configurations are timed round-robin (every one once per round) and the median is reported,
+so load that drifts during the run affects all of them alike.
+
+    python bench/throughput.py [--batch_size=256] [--steps=20] [--repeats=3] [--out=bench/results.json]
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from tfpriv.training.dp_model import DPModel  # noqa: E402
 
 flags.DEFINE_integer("batch_size", 256, "Batch size B.")
 flags.DEFINE_integer("steps", 20, "Timed steps per configuration (slow baselines use fewer).")
-flags.DEFINE_integer("repeats", 2, "Timed repeats; the best is reported.")
+flags.DEFINE_integer("repeats", 3, "Round-robin rounds; the median is reported.")
 flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"), "Output JSON.")
 flags.DEFINE_string("only", "", "Comma-separated sections to run: mlp_vae, conv_vae, classifier.")
 FLAGS = flags.FLAGS
@@ -44,23 +47,42 @@ FLAGS = flags.FLAGS
 L = tf.keras.layers
 
 
-def _time_fit(model, x, steps: int, repeats: int, y=None) -> float:
-    """Best examples/s over `repeats` timed epochs of `steps` steps, after a warm-up epoch."""
-    data = x if y is None else (x, y)
-    ds = tf.data.Dataset.from_tensors(data).repeat()
-    model.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)   # trace + warm-up
-    best = 0.0
-    for _ in range(repeats):
+class Timed:
+    """A compiled model on a fixed batch; `run()` times `steps` steps and returns examples/s."""
+
+    def __init__(self, model, x, steps: int, y=None):
+        data = x if y is None else (x, y)
+        self.ds = tf.data.Dataset.from_tensors(data).repeat()
+        self.model, self.steps, self.n = model, steps, len(tf.nest.flatten(x)[0])
+        model.fit(self.ds, steps_per_epoch=2, epochs=1, verbose=0)   # trace + warm-up
+
+    def run(self) -> float:
         start = time.perf_counter()
-        model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
-        best = max(best, steps * len(x) / (time.perf_counter() - start))
-    return best
+        self.model.fit(self.ds, steps_per_epoch=self.steps, epochs=1, verbose=0)
+        return self.steps * self.n / (time.perf_counter() - start)
+
+
+def _round_robin(section: str, timed: dict, repeats: int) -> list[dict]:
+    """Times every configuration once per round, `repeats` rounds; reports the median.
+
+    Interleaving makes the ratios robust to load that drifts during the benchmark.
+    """
+    rates = {name: [] for name in timed}
+    for _ in range(repeats):
+        for name, t in timed.items():
+            rates[name].append(t.run())
+    rows = []
+    for name, values in rates.items():
+        rows.append({"model": section, "config": name, "examples_per_s": float(np.median(values)),
+                     "rounds": [float(v) for v in values]})
+        print(f"  {section:15s} {name:44s} {np.median(values):9.1f} ex/s", flush=True)
+    return rows
 
 
 def vae_section(kind: str, b: int, steps: int, repeats: int) -> list[dict]:
     shape = (28, 28, 1)
     x = (np.random.default_rng(0).random([b, *shape]) > 0.7).astype(np.float32)
-    rows = []
+    timed = {}
     configs = [
         ("none", None),
         ("micro (no batch term)", dict(aggregation="micro")),
@@ -86,10 +108,8 @@ def vae_section(kind: str, b: int, steps: int, repeats: int) -> list[dict]:
         dp = None if kw is None else DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0,
                                               expected_batch_size=b, verify=False, **kw)
         vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp)
-        rate = _time_fit(vae, x, steps, repeats)
-        rows.append({"model": f"{kind}_vae", "config": name, "examples_per_s": rate})
-        print(f"  {kind} VAE  {name:32s} {rate:9.1f} ex/s", flush=True)
-    return rows
+        timed[name] = Timed(vae, x, steps)
+    return _round_robin(f"{kind}_vae", timed, repeats)
 
 
 def _mlp():
@@ -133,7 +153,8 @@ class _VectorizedLoop(tf.keras.Model):
             return [g * tf.minimum(1.0, 1.0 / norm) for g in grads]
 
         per = tf.vectorized_map(one, (x, y))
-        grads = [tf.reduce_sum(g, 0) / 256.0 + tf.random.normal(tf.shape(g), stddev=1.0 / 256.0) for g in per]
+        sums = [tf.reduce_sum(g, 0) for g in per]
+        grads = [s / 256.0 + tf.random.normal(tf.shape(s), stddev=1.0 / 256.0) for s in sums]
         self.optimizer.apply_gradients(zip(grads, variables))
         return {}
 
@@ -146,36 +167,30 @@ def classifier_section(b: int, steps: int, repeats: int) -> list[dict]:
     rng = np.random.default_rng(0)
     x = rng.random([b, 784]).astype(np.float32)
     y = rng.integers(0, 10, [b]).astype(np.int64)
-    rows = []
-
-    def record(name, rate):
-        rows.append({"model": "mlp_classifier", "config": name, "examples_per_s": rate})
-        print(f"  MLP classifier {name:40s} {rate:9.1f} ex/s", flush=True)
-
+    timed = {}
     model = tf.keras.Sequential(_mlp())
     model.compile(tf.keras.optimizers.SGD(1e-3), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    record("none (Keras)", _time_fit(model, x, steps, repeats, y))
+    timed["none (Keras)"] = Timed(model, x, steps, y)
 
     ours = _Classifier()
     ours.compile(tf.keras.optimizers.SGD(1e-3),
                  dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b, verify=False))
-    record("tfpriv micro (ghost norms + book-keeping)", _time_fit(ours, (x, y), steps, repeats))
+    timed["tfpriv micro (ghost norms + book-keeping)"] = Timed(ours, (x, y), steps)
 
     fast = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.0, layer_registry=layer_registry.make_default_layer_registry(),
                         layers=_mlp(), use_xla=False)
-    fast.compile(tf.keras.optimizers.SGD(1e-3),
-                 tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"))
-    record("TF Privacy DPSequential (fast clipping)", _time_fit(fast, x, steps, repeats, y))
+    fast.compile(tf.keras.optimizers.SGD(1e-3), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    timed["TF Privacy DPSequential (fast clipping)"] = Timed(fast, x, steps, y)
 
-    slow_steps = max(2, steps // 10)
     vec = _VectorizedLoop()
     vec.compile(tf.keras.optimizers.SGD(1e-3))
-    record("tf.vectorized_map per-example loop", _time_fit(vec, x, slow_steps, 1, y))
+    timed["tf.vectorized_map per-example loop"] = Timed(vec, x, max(2, steps // 10), y)
 
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=b, learning_rate=1e-3)
     model = tf.keras.Sequential(_mlp())
     model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"))
-    record(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)", _time_fit(model, x, max(2, steps // 20), 1, y))
+    timed[f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)"] = Timed(model, x, 2, y)
+    rows = _round_robin("mlp_classifier", timed, repeats)
     return rows
 
 
@@ -184,12 +199,12 @@ def main(argv):
     b, steps, repeats = FLAGS.batch_size, FLAGS.steps, FLAGS.repeats
     sections = FLAGS.only.split(",") if FLAGS.only else ["mlp_vae", "conv_vae", "classifier"]
     rows = []
-    print(f"tfpriv throughput, B={b}, {steps} timed steps, best of {repeats}; "
-          f"{os.cpu_count()} CPUs, TF {tf.__version__}", flush=True)
+    print(f"tfpriv throughput, B={b}, {steps} timed steps, median of {repeats} round-robin rounds; "
+          f"{os.cpu_count()} CPUs, TF {tf.__version__}, load average {os.getloadavg()[0]:.1f}", flush=True)
     if "mlp_vae" in sections:
         rows += vae_section("mlp", b, steps, repeats)
     if "conv_vae" in sections:
-        rows += vae_section("conv", b, max(4, steps // 2), repeats)
+        rows += vae_section("conv", b, max(4, steps // 4), repeats)
     if "classifier" in sections:
         rows += classifier_section(b, steps, repeats)
     base = {}
@@ -200,7 +215,7 @@ def main(argv):
     for r in rows:
         r["ratio_to_non_private"] = r["examples_per_s"] / base[r["model"]]
         print(f"{r['model']:16s} {r['config']:44s} {r['examples_per_s']:11.1f} {r['ratio_to_non_private']:7.3f}")
-    record = {"batch_size": b, "timed_steps": steps, "repeats": repeats, "cpus": os.cpu_count(),
+    record = {"load_average_at_end": os.getloadavg()[0], "batch_size": b, "timed_steps": steps, "repeats": repeats, "cpus": os.cpu_count(),
               "platform": platform.platform(), "tensorflow": tf.__version__,
               "command": "python bench/throughput.py " + " ".join(sys.argv[1:]), "rows": rows}
     with open(FLAGS.out, "w") as f:
