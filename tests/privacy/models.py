@@ -52,3 +52,27 @@ def make_loss_fn(model: tf.keras.Model, with_batch_term: bool = True, shared_twi
         return LossTerms(sample, {"div": 3.0 * tf.reduce_sum(tf.square(mean - 0.3), axis=1) * tf.cast(counts > 0, tf.float32)})
 
     return loss_fn
+
+
+def encoder_decoder(seed: int = 0):
+    """Two halves, like a VAE: psi will read only the encoder's output."""
+    tf.keras.utils.set_random_seed(seed)
+    enc = tf.keras.Sequential([tf.keras.Input([7]), tf.keras.layers.Dense(5, activation="tanh"),
+                               tf.keras.layers.LayerNormalization(), tf.keras.layers.Dense(3)])
+    dec = tf.keras.Sequential([tf.keras.Input([3]), tf.keras.layers.Dense(6, activation="tanh"),
+                               tf.keras.layers.Dense(7)])
+    return enc, dec
+
+
+def make_split_loss_fn(enc, dec):
+    """phi_i = ||dec(enc(x_i)) - x_i||^2 (all layers); psi_j = ||mean_j enc(x)||^2 (encoder only)."""
+
+    def loss_fn(x, layout: BatchLayout) -> LossTerms:
+        z = enc(x)
+        rec = tf.reduce_sum(tf.square(dec(z) - x), axis=1)
+        grouped = layout.gather(z)
+        counts = tf.reduce_sum(layout.mask, axis=1)
+        mean = tf.reduce_sum(grouped, axis=1) / tf.maximum(counts, 1.0)[:, None]
+        return LossTerms({"rec": rec, "reg": tf.zeros_like(rec)}, {"div": tf.reduce_sum(tf.square(mean + 0.2), axis=1)})
+
+    return loss_fn

@@ -211,3 +211,30 @@ def test_verify_accepts_the_supported_layers():
     model = models.conv_model()
     engine = make_engine(model)
     engine.verify(models.make_loss_fn(model, shared_twice=True), tf.random.normal([6, 6, 6, 2]))
+
+
+@pytest.mark.parametrize("aggregation", ["termwise", "micro"])
+@pytest.mark.parametrize("clipped_sum", ["bookkeeping", "reweight"])
+def test_batch_term_reaching_only_part_of_the_model(aggregation, clipped_sum):
+    """Like a VAE's latent divergence: decoder layers get no psi-gradient and are skipped for it."""
+    enc, dec = models.encoder_decoder()
+    root = tf.keras.Sequential([tf.keras.Input([7]), enc, dec])
+    loss_fn = models.make_split_loss_fn(enc, dec)
+    x = tf.random.stateless_normal([9, 7], seed=[21, 22])
+    engine = make_engine(root, aggregation=aggregation, l2_norm_clip=0.4, batch_clip=0.1, num_partitions=2,
+                         max_batch_size=20, clipped_sum=clipped_sum)
+    out = engine.clipped_sums(loss_fn, x)
+    g = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+    if aggregation == "termwise":
+        pid = out["layout"].partition_ids.numpy()
+        q = ref.per_partition_batch_grads(loss_fn, x, engine.variables, pid, 2)
+        assert rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.4) for v in g)) < RTOL
+        assert rel_err(ref.flat(out["batch"]), sum(ref.clip(v, 0.1) for v in q)) < RTOL
+        n_dec = sum(int(np.prod(v.shape)) for v in dec.trainable_variables)
+        assert np.all(ref.flat(out["batch"])[-n_dec:] == 0)
+    else:
+        shared = ref.grad_of(loss_fn, x, engine.variables, "batch")
+        per = [v + shared for v in g]
+        total = ref.flat(out["sample"]) + ref.flat(out["batch"])
+        assert rel_err(total, sum(ref.clip(v, 0.4) for v in per)) < RTOL
+    engine.verify(loss_fn, x)

@@ -69,8 +69,10 @@ class FastPass:
         taps = recorder.taps
         outputs = [t.output for t in taps]
         # output_gradients=ones differentiates sum(phi) without recording a new op on the tape.
-        self.g_phi = _zeros_if_none(tape.gradient(phi, outputs, output_gradients=tf.ones_like(phi)), outputs)
-        self.g_psi = (_zeros_if_none(tape.gradient(psi, outputs, output_gradients=tf.ones_like(psi)), outputs)
+        # None marks a call the term does not reach (e.g. decoder layers for a latent divergence);
+        # such layers are skipped for that term rather than processed as zeros.
+        self.g_phi = tape.gradient(phi, outputs, output_gradients=tf.ones_like(phi))
+        self.g_psi = (tape.gradient(psi, outputs, output_gradients=tf.ones_like(psi))
                       if psi is not None else None)
         self.by_layer: dict[int, list[int]] = {}
         for k, tap in enumerate(taps):
@@ -111,10 +113,15 @@ class FastPass:
         return total
 
     def _quantities(self, which: str):
+        """Per-layer factors or per-example gradients for one kind of term, reached layers only."""
         if which not in self._cache:
-            grads = self.g_phi if which == "phi" else self.g_psi
+            raw = self.g_phi if which == "phi" else self.g_psi
+            outputs = [t.output for t in self.recorder.taps]
+            grads = _zeros_if_none(raw, outputs)
             out = {}
             for layer_id, ks in self.by_layer.items():
+                if all(raw[k] is None for k in ks):
+                    continue
                 rule = self.recorder.taps[ks[0]].rule
                 if isinstance(rule, layer_rules.FactorRule):
                     out[layer_id] = ("factor", self._layer_factors(layer_id, grads))
@@ -159,24 +166,28 @@ class FastPass:
         total = self.sample_sq_norms()
         phi_q, psi_q = self._quantities("phi"), self._quantities("psi")
         shared = tf.constant(0.0)
-        for layer_id, (kind, q_phi) in phi_q.items():
-            q_psi = psi_q[layer_id][1]
+        for layer_id, (kind, q_psi) in psi_q.items():
+            q_phi = phi_q.get(layer_id, (kind, None))[1]
             if kind == "factor":
-                u_phi, v_phi, b_phi = q_phi
                 u_psi, v_psi, b_psi = q_psi
                 m = tf.einsum("bti,btj->ij", u_psi, v_psi)
-                cross = tf.reduce_sum(tf.einsum("bti,ij->btj", u_phi, m) * v_phi, axis=[1, 2])
                 shared += tf.reduce_sum(tf.square(m))
-                if b_phi is not None:
-                    mb = tf.reduce_sum(b_psi, axis=0)
-                    cross += tf.linalg.matvec(b_phi, mb)
+                mb = tf.reduce_sum(b_psi, axis=0) if b_psi is not None else None
+                if mb is not None:
                     shared += tf.reduce_sum(tf.square(mb))
+                if q_phi is None:
+                    continue
+                u_phi, v_phi, b_phi = q_phi
+                cross = tf.reduce_sum(tf.einsum("bti,ij->btj", u_phi, m) * v_phi, axis=[1, 2])
+                if mb is not None:
+                    cross += tf.linalg.matvec(b_phi, mb)
             else:
                 cross = tf.zeros([self.batch_size])
-                for g_phi, g_psi in zip(q_phi, q_psi):
+                for j, g_psi in enumerate(q_psi):
                     m = tf.reduce_sum(g_psi, axis=0)
-                    cross += tf.reduce_sum(tf.reshape(g_phi * m[None], [self.batch_size, -1]), axis=1)
                     shared += tf.reduce_sum(tf.square(m))
+                    if q_phi is not None:
+                        cross += tf.reduce_sum(tf.reshape(q_phi[j] * m[None], [self.batch_size, -1]), axis=1)
             total += 2.0 * cross
         return total + shared
 
@@ -202,12 +213,16 @@ class FastPass:
         fallback_done = set()
         for k, tap in enumerate(taps):
             rule = tap.rule
+            g_phi = self.g_phi[k]
+            g_psi = self.g_psi[k] if use_psi else None
+            if g_phi is None and g_psi is None:
+                continue
             if isinstance(rule, layer_rules.FactorRule):
-                g = self.g_phi[k]
-                rows, nd = tf.shape(g)[0], g.shape.rank
-                g_w = g * _row_coefficients(c_phi, rows, self.batch_size, nd)
-                if use_psi:
-                    g_w += self.g_psi[k] * _row_coefficients(psi_example, rows, self.batch_size, nd)
+                g_w = None
+                for g, coef in ((g_phi, c_phi), (g_psi, psi_example)):
+                    if g is not None:
+                        term = g * _row_coefficients(coef, tf.shape(g)[0], self.batch_size, g.shape.rank)
+                        g_w = term if g_w is None else g_w + term
                 u, v = rule.factors(tap, g_w)
                 outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
                 add(tap.layer.kernel, rule.kernel_from_outer(tap.layer, outer))
@@ -215,13 +230,16 @@ class FastPass:
                     add(tap.layer.bias, tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
-                per_phi = self._quantities("phi")[id(tap.layer)][1]
-                per_psi = self._quantities("psi")[id(tap.layer)][1] if use_psi else None
+                per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]
+                per_psi = self._quantities("psi").get(id(tap.layer), (None, None))[1] if use_psi else None
                 for j, var in enumerate(self.recorder.layer_vars[id(tap.layer)]):
-                    value = tf.tensordot(c_phi, per_phi[j], axes=1)
-                    if use_psi:
-                        value += tf.tensordot(psi_example, per_psi[j], axes=1)
-                    add(var, value)
+                    parts = []
+                    if per_phi is not None:
+                        parts.append(tf.tensordot(c_phi, per_phi[j], axes=1))
+                    if per_psi is not None:
+                        parts.append(tf.tensordot(psi_example, per_psi[j], axes=1))
+                    if parts:
+                        add(var, tf.add_n(parts))
         return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
 
 
