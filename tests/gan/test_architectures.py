@@ -1,0 +1,48 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.errors import UsageError
+from tfpriv.gan.architectures import build_critic, build_generator
+
+
+def test_critic_is_004s_three_strided_5x5_convs_with_capacity_filters():
+    critic = build_critic(capacity=3)
+    convs = [l for l in critic.layers if isinstance(l, tf.keras.layers.Conv2D)]
+    assert [c.filters for c in convs] == [3, 6, 12]
+    assert all(c.kernel_size == (5, 5) and c.strides == (2, 2) and c.padding == "same" for c in convs)
+    leaks = [l for l in critic.layers if isinstance(l, tf.keras.layers.LeakyReLU)]
+    assert len(leaks) == 3 and all(np.isclose(float(l.alpha), 0.2) for l in leaks)
+    dense = [l for l in critic.layers if isinstance(l, tf.keras.layers.Dense)]
+    assert len(dense) == 1 and dense[0].units == 1 and dense[0].activation.__name__ == "linear"
+    assert dense[0].kernel.shape == (4 * 4 * 12, 1)  # 28 -> 14 -> 7 -> 4
+
+
+def test_critic_values_are_per_example():
+    critic = build_critic(capacity=2, num_classes=10)
+    rng = np.random.default_rng(0)
+    x = rng.random((4, 28, 28, 1), dtype=np.float32)
+    y = np.array([1, 2, 3, 4], np.int32)
+    a = critic([x, y]).numpy()
+    x2 = x.copy()
+    x2[1:] = rng.random((3, 28, 28, 1))
+    b = critic([x2, y]).numpy()
+    assert a.shape == (4,) and a[0] == pytest.approx(b[0], abs=1e-6) and not np.allclose(a[1:], b[1:])
+    assert critic([x, (y + 1) % 10]).numpy()[0] != pytest.approx(a[0], abs=1e-7)  # the label matters
+
+
+def test_generator_makes_28x28_images_in_unit_interval():
+    gen = build_generator(capacity=2, latent_size=5, num_classes=10)
+    out = gen([np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32), np.array([0, 5, 9], np.int32)])
+    assert out.shape == (3, 28, 28, 1)
+    assert float(tf.reduce_min(out)) > 0.0 and float(tf.reduce_max(out)) < 1.0
+
+
+@pytest.mark.parametrize("builder,kwargs,message", [
+    (build_critic, {"capacity": 0}, "--capacity: must be >= 1, got 0"),
+    (build_generator, {"capacity": 2, "latent_size": 0}, "--latent_size: must be >= 1, got 0"),
+])
+def test_bad_sizes_raise_usage_error(builder, kwargs, message):
+    with pytest.raises(UsageError) as err:
+        builder(**kwargs)
+    assert str(err.value) == message

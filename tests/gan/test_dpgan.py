@@ -1,0 +1,57 @@
+"""DPGAN: exact fast-path clipping at c_g, weight clipping, and Xie et al.'s noise formula."""
+import math
+
+import numpy as np
+import pytest
+
+from tests.gan.helpers import critic_inputs, dp, global_norm, naive_per_example_grads, real_batch, tiny_dpgan
+from tfpriv.errors import ConfigError
+from tfpriv.gan.dpgan import privacy_comparison, xie_epsilon, xie_sigma_n
+from tfpriv.privacy.accounting import epsilon_for
+
+
+def test_fast_path_clips_each_example_at_c_g_like_a_naive_loop():
+    model = tiny_dpgan(dp(clip=1.0, clipping="fast"), conditional=True)
+    model.prepare(real_batch(6, conditional=True))  # runs the engine's fast-path verification
+    inputs = critic_inputs(6, conditional=True, seed=11)
+    naive = naive_per_example_grads(model, inputs)
+    norms = np.array([global_norm(g) for g in naive])
+    c_g = float(np.median(norms))
+    engine = type(model.engine)(dp(clip=c_g, clipping="fast"), model.critic, model.spec,
+                                variables=model.critic.trainable_variables)
+    assert engine.recorder is not None  # the ghost-norm path, not per-example Jacobians
+    out = engine.clipped_sums(model.critic_loss_fn, inputs)
+    np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
+    expected = [sum(g[k] * min(1.0, c_g / n) for g, n in zip(naive, norms)) for k in range(len(naive[0]))]
+    for got, want in zip(out["sample"], expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-3, atol=1e-5)
+
+
+def test_critic_weights_are_clipped_after_each_update():
+    model = tiny_dpgan(dp(clip=1.0, noise=0.5, batch=8.0, clipping="fast"), critic_steps=2)
+    model.d_optimizer.learning_rate.assign(0.5)
+    model.prepare(real_batch(8))
+    model.train_step(real_batch(8))
+    weights = np.concatenate([v.numpy().ravel() for v in model.critic.trainable_variables])
+    assert np.abs(weights).max() == pytest.approx(model.weight_clip)
+    assert np.mean(np.isclose(np.abs(weights), model.weight_clip)) > 0.5  # the clip was active
+    assert int(model.ledger.steps.numpy()) == 1 and int(model.g_optimizer.iterations.numpy()) == 0
+
+
+def test_xie_formula_and_comparison_with_our_accountant():
+    # sigma_n = 2 q sqrt(n_d log(1/delta)) / eps: q=0.01, n_d=5, delta=1e-5, eps=1.
+    assert xie_sigma_n(1.0, 0.01, 5, 1e-5) == pytest.approx(0.02 * math.sqrt(5 * math.log(1e5)))
+    assert xie_epsilon(xie_sigma_n(2.0, 0.01, 5, 1e-5), 0.01, 5, 1e-5) == pytest.approx(2.0)
+    cmp = privacy_comparison(noise_multiplier=1.0, q=64 / 60000, critic_steps=5, delta=1e-5,
+                             expected_batch_size=64, total_critic_steps=5000)
+    assert cmp["rdp_epsilon_run"] == pytest.approx(epsilon_for([(64 / 60000, 1.0, 5000)], 1e-5))
+    assert cmp["rdp_epsilon_one_outer_loop"] == pytest.approx(epsilon_for([(64 / 60000, 1.0, 5)], 1e-5))
+    # Noise on the mean: sigma_n = z/B, so the formula's epsilon is B times the "on the sum" reading.
+    assert cmp["xie_epsilon_one_outer_loop_sigma_on_mean"] == pytest.approx(
+        64 * cmp["xie_epsilon_one_outer_loop_sigma_on_sum"])
+
+
+def test_bad_weight_clip_is_refused():
+    with pytest.raises(ConfigError, match=r"^--weight_clip: must be a positive finite number, got 0"):
+        from tfpriv.gan.dpgan import make_dpgan
+        make_dpgan(capacity=2, latent_size=4, weight_clip=0.0)

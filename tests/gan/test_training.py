@@ -1,0 +1,39 @@
+"""fit_gan: one ledger step per critic step, resume continues epsilon, the budget stop holds."""
+import numpy as np
+import pytest
+
+from tfpriv.gan.dpgan import make_dpgan, rmsprop
+from tfpriv.gan.training import fit_gan
+from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.terms import TermSpec
+from tfpriv.training.runner import plan_privacy
+
+N, B, Z = 400, 4, 1.1  # q = 0.01: an epoch is 100 critic steps
+
+
+def _fit(tmp_path, epochs, max_epsilon=None, max_steps=None):
+    rng = np.random.default_rng(0)
+    images = rng.random((N, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, N).astype(np.int32)
+    model = make_dpgan(capacity=2, latent_size=4, num_classes=10, critic_steps=2, seed=0)
+    config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z, expected_batch_size=float(B),
+                      clipping="fast", seed=0, verify=False)
+    plan = plan_privacy(config, TermSpec(sample=("wasserstein",)), N, B, epochs, "poisson", 1e-5,
+                        max_epsilon=max_epsilon)
+    fit = fit_gan(model, images, labels, plan, rmsprop(1e-3), rmsprop(1e-3), str(tmp_path), seed=0, verbose=0,
+                  max_steps=max_steps)
+    return fit, plan
+
+
+def test_resume_continues_the_ledger_and_budget_stop_holds(tmp_path):
+    first, plan = _fit(tmp_path, epochs=1, max_steps=4)
+    assert plan.steps_per_epoch == 100  # an epoch is round(1/q) critic steps
+    assert (first["steps"], first["critic_steps"], first["generator_steps"]) == (4, 4, 2)
+    assert first["epsilon"] == pytest.approx(epsilon_for([(0.01, Z, 4)], 1e-5))
+    # Resume (the stopped epoch counts as done) with a budget that allows 6 critic steps in total.
+    budget = epsilon_for([(0.01, Z, 6)], 1e-5) * 1.0001
+    second, _ = _fit(tmp_path, epochs=3, max_epsilon=budget)
+    assert second["resumed"] and second["budget_reached"]
+    assert (second["steps"], second["generator_steps"]) == (6, 3)
+    assert second["epsilon"] == pytest.approx(epsilon_for([(0.01, Z, 6)], 1e-5)) and second["epsilon"] <= budget

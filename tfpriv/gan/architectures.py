@@ -1,0 +1,80 @@
+"""Critic and generator of the DP-WGAN-GP source paper (004, after Gulrajani et al.'s MNIST code).
+
+Critic: three 5x5 stride-2 convolutions (padding same: 28 -> 14 -> 7 -> 4), leaky ReLU 0.2,
+filters capacity x {1, 2, 4}, then a linear unit. No normalisation layers, so each example's
+critic value depends on that example only (per-example clipping needs that).
+Generator: the mirror image from a 128-d Gaussian latent: Dense -> 4x4x(4 capacity) -> ReLU ->
+Conv2DTranspose to 8x8 (cropped to 7x7) -> 14x14 -> 28x28, sigmoid output, because MNIST pixels
+are in [0, 1] and the evaluation classifier expects that range.
+
+Class-conditional variants: the critic sees the label as `num_classes` one-hot channels
+tiled over the image (the label is private data, so it enters the per-example gradient and is
+clipped with it); the generator gets the one-hot label concatenated to its latent.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfpriv.errors import UsageError
+
+layers = tf.keras.layers
+IMAGE_SHAPE = (28, 28, 1)
+LEAK = 0.2
+KERNEL = 5
+
+
+def _check(capacity: int, num_classes: int | None) -> None:
+    if capacity < 1:
+        raise UsageError(f"--capacity: must be >= 1, got {capacity}")
+    if num_classes is not None and num_classes < 2:
+        raise UsageError(f"num_classes: must be >= 2 for a conditional model, got {num_classes}")
+
+
+def build_critic(capacity: int = 32, num_classes: int | None = None,
+                 image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> tf.keras.Model:
+    """Critic D(x) (or D(x, y) when num_classes is set): [B, H, W, C] (+ [B] int labels) -> [B]."""
+    _check(capacity, num_classes)
+    image = layers.Input(image_shape, name="image")
+    inputs = [image]
+    h = image
+    if num_classes is not None:
+        label = layers.Input((), dtype=tf.int32, name="label")
+        inputs.append(label)
+        onehot = tf.one_hot(label, num_classes)
+        tiled = tf.tile(onehot[:, None, None, :], [1, image_shape[0], image_shape[1], 1])
+        h = layers.Concatenate(name="image_and_label")([image, tiled])
+    for k, mult in enumerate((1, 2, 4)):
+        h = layers.Conv2D(capacity * mult, KERNEL, strides=2, padding="same", name=f"conv{k + 1}")(h)
+        h = layers.LeakyReLU(LEAK, name=f"lrelu{k + 1}")(h)
+    h = layers.Flatten(name="flatten")(h)
+    out = layers.Dense(1, name="critic_value")(h)
+    out = tf.squeeze(out, axis=-1)
+    return tf.keras.Model(inputs if len(inputs) > 1 else image, out, name="critic")
+
+
+def build_generator(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
+                    image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> tf.keras.Model:
+    """Generator G(z) (or G(z, y)): [B, latent] (+ [B] int labels) -> [B, 28, 28, 1] in (0, 1)."""
+    _check(capacity, num_classes)
+    if latent_size < 1:
+        raise UsageError(f"--latent_size: must be >= 1, got {latent_size}")
+    if tuple(image_shape[:2]) != (28, 28):
+        raise UsageError(f"image_shape: the generator makes 28x28 images, got {image_shape}")
+    z = layers.Input((latent_size,), name="latent")
+    inputs = [z]
+    h = z
+    if num_classes is not None:
+        label = layers.Input((), dtype=tf.int32, name="label")
+        inputs.append(label)
+        h = layers.Concatenate(name="latent_and_label")([z, tf.one_hot(label, num_classes)])
+    h = layers.Dense(4 * 4 * 4 * capacity, name="project")(h)
+    h = layers.ReLU()(h)
+    h = layers.Reshape((4, 4, 4 * capacity))(h)
+    h = layers.Conv2DTranspose(2 * capacity, KERNEL, strides=2, padding="same", name="deconv1")(h)  # 8x8
+    h = layers.ReLU()(h)
+    h = layers.Cropping2D(((0, 1), (0, 1)), name="crop")(h)  # 7x7, as in Gulrajani et al.
+    h = layers.Conv2DTranspose(capacity, KERNEL, strides=2, padding="same", name="deconv2")(h)  # 14x14
+    h = layers.ReLU()(h)
+    h = layers.Conv2DTranspose(image_shape[2], KERNEL, strides=2, padding="same", name="deconv3")(h)  # 28x28
+    out = layers.Activation("sigmoid", name="image")(h)
+    return tf.keras.Model(inputs if len(inputs) > 1 else z, out, name="generator")

@@ -1,0 +1,188 @@
+"""`PrivateWGAN`: a Keras GAN whose critic is trained through the DP engine, one critic step per batch.
+
+Each `train_step` is one private critic step on its own Poisson batch, so every step is one
+Poisson-sampled Gaussian mechanism for the accountant and `ledger.steps` counts exactly those;
+after every `critic_steps`-th critic step it takes one generator step. The generator step sees
+only the critic and fresh latents/labels (uniform, not the private label marginal), never data:
+it is post-processing of the private critic.
+
+The critic's per-example loss pairs real example i with a fake made from its own latent (and,
+conditionally, its own label) and its own interpolation weight: the train step draws them for
+the batch's dynamic (Poisson) size and passes them to the engine as per-example inputs, so
+example i's term depends on row i only. The engine clips the gradient of each example's loss
+over ALL critic variables jointly at C, adds N(0, (zC)^2) to the sum once and divides by the
+expected batch size.
+
+Batches are dicts {"image": [B, 28, 28, 1]} (+ "label": [B] int32 when conditional); the
+critic's inputs add "fake" [B, 28, 28, 1] and "mix" [B].
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+from tfpriv.gan.per_example import make_engine
+from tfpriv.privacy.accounting import PrivacyLedger
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
+
+
+class PrivateWGAN(tf.keras.Model):
+    """Base of DP-WGAN-GP and DPGAN. Subclasses define `spec` and `critic_terms`."""
+
+    spec = TermSpec(sample=("wasserstein",))
+
+    def __init__(self, generator: tf.keras.Model, critic: tf.keras.Model, latent_size: int = 128,
+                 num_classes: int | None = None, critic_steps: int = 1, generator_batch_size: int | None = None,
+                 seed: int | None = None, per_example: str = "vmap", **kwargs):
+        super().__init__(**kwargs)
+        if critic_steps < 1:
+            raise ConfigError(f"--critic_steps: must be >= 1, got {critic_steps}")
+        if generator_batch_size is not None and generator_batch_size < 1:
+            raise ConfigError(f"--batch_size: generator batch must be >= 1, got {generator_batch_size}")
+        self.generator, self.critic = generator, critic
+        self.latent_size = int(latent_size)
+        self.num_classes = num_classes
+        self.critic_steps = int(critic_steps)
+        self.generator_batch_size = generator_batch_size
+        self.per_example = per_example
+        # Latents, interpolation weights and generator labels (the DP noise has its own RNG in the engine).
+        self.rng = (tf.random.Generator.from_seed(seed) if seed is not None
+                    else tf.random.Generator.from_non_deterministic_state())
+        self.critic_step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="critic_step_count")
+        self.trackers = {name: tf.keras.metrics.Mean(name=name) for name in ("d_loss", "w_distance", "penalty", "g_loss")}
+
+    @property
+    def conditional(self) -> bool:
+        return self.num_classes is not None
+
+    # -- compile / prepare -------------------------------------------------------------------
+    def compile(self, d_optimizer: tf.keras.optimizers.Optimizer, g_optimizer: tf.keras.optimizers.Optimizer,
+                dp: DPConfig, **kwargs):
+        """dp: the critic's privatization (aggregation="micro"; "none" for a non-private baseline)."""
+        if dp.private and dp.aggregation != "micro":
+            raise ConfigError(f"--aggregation: a private GAN critic needs per-example clipping (micro), got {dp.aggregation!r}")
+        self.check_config(dp)
+        super().compile(**kwargs)
+        self.d_optimizer, self.g_optimizer = d_optimizer, g_optimizer
+        object.__setattr__(self, "dp_config", dp)
+        object.__setattr__(self, "engine", None)
+        if getattr(self, "ledger", None) is None:
+            object.__setattr__(self, "ledger", PrivacyLedger())
+
+    def check_config(self, dp: DPConfig) -> None:
+        """Refuses configurations the model's loss cannot be privatized correctly with."""
+        return None
+
+    def prepare(self, sample_batch) -> DPGradientEngine:
+        """Builds both networks, optimizers and the critic's engine; verifies the fast path once."""
+        if getattr(self, "engine", None) is not None:
+            return self.engine
+        if not hasattr(self, "dp_config"):
+            raise RuntimeError("call compile() before fit()")
+        inputs = self.critic_inputs(sample_batch)
+        self.critic(self._critic_in(inputs["image"], inputs.get("label")))
+        engine = make_engine(self.dp_config, self.critic, self.spec, self.per_example)
+        object.__setattr__(self, "engine", engine)
+        self.d_optimizer.build(self.critic.trainable_variables)
+        self.g_optimizer.build(self.generator.trainable_variables)
+        if self.dp_config.private and self.dp_config.verify:
+            engine.verify(self.critic_loss_fn, inputs)
+        return engine
+
+    def fit(self, x=None, *args, **kwargs):
+        if getattr(self, "engine", None) is None:
+            self.prepare(next(iter(x)))
+        return super().fit(x, *args, **kwargs)
+
+    @property
+    def metrics(self):
+        return list(self.trackers.values())
+
+    # -- inputs --------------------------------------------------------------------------------
+    def _latent(self, n) -> tf.Tensor:
+        return self.rng.normal(tf.stack([n, self.latent_size]))
+
+    def _generator_in(self, latent, labels):
+        return [latent, tf.cast(labels, tf.int32)] if self.conditional else latent
+
+    def _critic_in(self, images, labels):
+        return [images, tf.cast(labels, tf.int32)] if self.conditional else images
+
+    def random_labels(self, n) -> tf.Tensor:
+        """Uniform labels for generation: drawn without looking at the (private) label marginal."""
+        return self.rng.uniform(tf.reshape(n, [1]), 0, self.num_classes, dtype=tf.int32)
+
+    def generate(self, n, labels=None) -> tf.Tensor:
+        """n images (with the given, else uniform, labels when conditional)."""
+        if self.conditional and labels is None:
+            labels = self.random_labels(n)
+        return self.generator(self._generator_in(self._latent(n), labels), training=False)
+
+    def critic_inputs(self, batch) -> dict:
+        """The real batch plus each example's fake (its own latent and label) and mixing weight."""
+        if self.conditional and "label" not in batch:
+            raise ConfigError("a conditional GAN needs batches with a 'label' entry")
+        real = batch["image"]
+        n = tf.shape(real)[0]
+        labels = batch.get("label") if self.conditional else None
+        fake = self.generator(self._generator_in(self._latent(n), labels), training=True)
+        out = {"image": real, "fake": tf.stop_gradient(fake), "mix": self.rng.uniform(tf.reshape(n, [1]))}
+        if self.conditional:
+            out["label"] = tf.cast(labels, tf.int32)
+        return out
+
+    # -- the critic's per-example loss ---------------------------------------------------------
+    def critic_terms(self, real, fake, labels, mix) -> dict[str, tf.Tensor]:
+        """Named per-example loss terms [B], summing to example i's critic loss."""
+        raise NotImplementedError
+
+    def critic_loss_fn(self, inputs, layout: BatchLayout) -> LossTerms:
+        """The engine's loss: example i's terms from row i of image/fake/mix/label only."""
+        return LossTerms(sample=self.critic_terms(inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]))
+
+    def critic_gradients(self, batch) -> tuple[list[tf.Tensor], dict]:
+        """The privatized critic gradient one step applies (clipped, noised, averaged), and term means."""
+        return self.engine.gradients(self.critic_loss_fn, self.critic_inputs(batch))
+
+    def after_critic_update(self) -> None:
+        """Hook after each critic update (DPGAN: weight clipping, post-processing)."""
+        return None
+
+    # -- the step ------------------------------------------------------------------------------
+    def _generator_batch(self) -> int:
+        if self.generator_batch_size:
+            return int(self.generator_batch_size)
+        return max(1, int(round(self.dp_config.expected_batch_size or 64)))
+
+    def _generator_step(self) -> tf.Tensor:
+        n = self._generator_batch()
+        labels = self.random_labels(n) if self.conditional else None
+        with tf.GradientTape() as tape:
+            fake = self.generator(self._generator_in(self._latent(n), labels), training=True)
+            loss = -tf.reduce_mean(self.critic(self._critic_in(fake, labels), training=True))
+        grads = tape.gradient(loss, self.generator.trainable_variables)
+        self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_variables))
+        return loss
+
+    def train_step(self, data):
+        batch = data[0] if isinstance(data, tuple) and len(data) == 1 else data
+        grads, logs = self.critic_gradients(batch)
+        self.d_optimizer.apply_gradients(zip(grads, self.engine.variables))
+        self.after_critic_update()
+        if self.dp_config.private:
+            self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per critic step
+        count = self.critic_step_count.assign_add(1)
+        do_generator = tf.equal(count % self.critic_steps, 0)
+        g_loss = tf.cond(do_generator, self._generator_step, lambda: tf.constant(0.0))
+        penalty = logs.get("penalty", tf.constant(0.0))
+        # Diagnostics on the private batch (not privatized, like any training-loss log).
+        self.trackers["d_loss"].update_state(logs["wasserstein"] + penalty)
+        self.trackers["w_distance"].update_state(-logs["wasserstein"])
+        self.trackers["penalty"].update_state(penalty)
+        self.trackers["g_loss"].update_state(g_loss, sample_weight=tf.cast(do_generator, tf.float32))
+        return {name: t.result() for name, t in self.trackers.items()}
+
+    def test_step(self, data):
+        return {}

@@ -1,0 +1,102 @@
+"""Throughput of a DP-WGAN-GP critic step, and where its time goes.
+
+    python -m tfpriv.gan.benchmark --capacity=32 --batch_size=128 --parts=batch,vmap,jacobian,step
+
+Parts (each timed after one warm-up call, on a fixed batch of `batch_size` examples):
+  batch     non-private gradient of the summed critic loss (the floor);
+  vmap      per-example gradients, the loss vectorized over examples (tfpriv.gan.per_example);
+  jacobian  per-example gradients as the engine's vectorized pass takes them (tape.jacobian);
+  step      a whole private train step (critic step + generator step) with --per_example.
+Prints one JSON line per part with seconds per call and the load average when it ran.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def _time(fn, reps: int) -> tuple[float, float]:
+    start = time.time()
+    fn()
+    first = time.time() - start
+    start = time.time()
+    for _ in range(reps):
+        fn()
+    return first, (time.time() - start) / reps
+
+
+def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: bool = True, reps: int = 3,
+              per_example: str = "vmap") -> list[dict]:
+    import tensorflow as tf
+
+    from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
+    from tfpriv.privacy.config import DPConfig
+    from tfpriv.privacy.terms import BatchLayout
+
+    model = make_dpwgan_gp(capacity=capacity, num_classes=10 if conditional else None, seed=0, per_example=per_example)
+    model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5,
+                                                        expected_batch_size=float(batch_size), clipping="vectorized",
+                                                        seed=0, verify=False))
+    rng = np.random.default_rng(0)
+    batch = {"image": tf.constant(rng.random((batch_size, 28, 28, 1), dtype=np.float32))}
+    if conditional:
+        batch["label"] = tf.constant(rng.integers(0, 10, batch_size).astype(np.int32))
+    model.prepare(batch)
+    inputs = model.critic_inputs(batch)
+    variables = model.critic.trainable_variables
+    layout = BatchLayout.single(batch_size)
+
+    def loss(x):
+        return model.critic_loss_fn(x, layout).sample_total()
+
+    def batch_grad():
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(loss(inputs))
+        return tape.gradient(total, variables)
+
+    def vmap():
+        def one(x):
+            x = {k: v[None] for k, v in x.items()}
+            with tf.GradientTape() as tape:
+                total = tf.reduce_sum(loss(x))
+            return tape.gradient(total, variables)
+        return tf.vectorized_map(one, inputs, fallback_to_while_loop=True)
+
+    def jacobian():
+        with tf.GradientTape() as tape:
+            per = loss(inputs)
+        return tape.jacobian(per, variables)
+
+    fns = {"batch": batch_grad, "vmap": vmap, "jacobian": jacobian, "step": lambda: model.train_step(batch)}
+    out = []
+    for part in parts:
+        first, sec = _time(tf.function(fns[part]), reps)
+        rec = {"part": part, "capacity": capacity, "batch_size": batch_size, "conditional": conditional,
+               "seconds_per_call": sec, "first_call_seconds": first, "load_average_1min": os.getloadavg()[0]}
+        if part == "step":
+            rec["per_example"] = per_example
+        print(json.dumps(rec), flush=True)
+        out.append(rec)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capacity", type=int, default=32)
+    parser.add_argument("--batch_size", type=int, default=128)
+    parser.add_argument("--parts", default="batch,vmap,step")
+    parser.add_argument("--per_example", default="vmap")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--unconditional", action="store_true")
+    args = parser.parse_args(argv)
+    benchmark(args.capacity, args.batch_size, args.parts.split(","), not args.unconditional, args.reps, args.per_example)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
