@@ -210,7 +210,9 @@ def test_verify_refuses_double_backprop_and_vectorized_path_is_exact_for_it():
 def test_verify_accepts_the_supported_layers():
     model = models.conv_model()
     engine = make_engine(model)
-    engine.verify(models.make_loss_fn(model, shared_twice=True), tf.random.normal([6, 6, 6, 2]))
+    rules = sorted({engine.recorder.rules[id(layer)].name for layer in engine.recorder.layers})
+    assert rules == ["conv2d", "conv2d_transpose", "dense", "vectorized"]
+    assert engine.verify(models.make_loss_fn(model, shared_twice=True), tf.random.normal([6, 6, 6, 2])) is None
 
 
 @pytest.mark.parametrize("aggregation", ["termwise", "micro"])
