@@ -11,6 +11,7 @@ import tensorflow as tf
 from tests.gan.helpers import (critic_inputs, dp, global_norm, naive_per_example_grads, real_batch, row,
                                tiny_wgan)
 from tfpriv.errors import ConfigError
+from tfpriv.gan.wgan_gp import make_dpwgan_gp
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.accounting import epsilon_for
 
@@ -146,3 +147,21 @@ def test_label_is_part_of_the_clipped_example(cond_model):
     a = naive_per_example_grads(cond_model, inputs)[0]
     b = naive_per_example_grads(cond_model, flipped)[0]
     assert global_norm([x - y for x, y in zip(a, b)]) > 1e-3
+
+
+def test_generator_ema_is_the_average_of_the_generator_trajectory():
+    """--generator_ema: post-processing of the generator's own updates (no data, no privacy cost)."""
+    from tfpriv.gan.wgan_gp import dp_adam
+    model = make_dpwgan_gp(capacity=2, latent_size=4, seed=0, generator_batch_size=4)
+    model.compile(dp_adam(1e-3), dp_adam(1e-2, ema=0.9), dp=dp())
+    model.prepare(real_batch(4))
+    variables = model.generator.trainable_variables
+    average = [v.numpy() for v in variables]
+    for _ in range(3):
+        model._generator_step()
+        average = [0.9 * a + 0.1 * v.numpy() for a, v in zip(average, variables)]
+    raw = [v.numpy() for v in variables]
+    model.g_optimizer.finalize_variable_values(variables)
+    for v, a, r in zip(variables, average, raw):
+        np.testing.assert_allclose(v.numpy(), a, rtol=1e-5, atol=1e-7)
+    assert global_norm([a - r for a, r in zip(average, raw)]) > 1e-4

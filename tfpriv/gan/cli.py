@@ -36,6 +36,8 @@ _define("integer", "critic_steps", None, "Critic steps per generator step (defau
 _define("integer", "capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
 _define("float", "gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
 _define("float", "weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update.")
+_define("float", "generator_ema", 0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
+        "Post-processing: no privacy cost.")
 _define("integer", "latent_size", 128, "Generator latent dimension.")
 _define("boolean", "conditional", False, "Class-conditional GAN (labels are private: they enter the clipped critic).")
 _define("integer", "num_samples", 10000, "Samples for the final scores (IS, FD) and for --mode=sample.")
@@ -89,6 +91,7 @@ class GanSettings:
     capacity: int
     gp_weight: float
     weight_clip: float
+    generator_ema: float
     latent_size: int
     conditional: bool
     num_samples: int
@@ -132,6 +135,7 @@ def validate_flags(model_name: str) -> GanSettings:
         max_epsilon=_common("max_epsilon", None), sampling=_common("sampling", COMMON_DEFAULTS["sampling"]),
         critic_steps=FLAGS.critic_steps if FLAGS.critic_steps is not None else md["critic_steps"],
         capacity=FLAGS.capacity, gp_weight=FLAGS.gp_weight, weight_clip=FLAGS.weight_clip,
+        generator_ema=FLAGS.generator_ema,
         latent_size=FLAGS.latent_size, conditional=FLAGS.conditional, num_samples=FLAGS.num_samples,
         clipping=_common("clipping", md["clipping"]), per_example=FLAGS.per_example,
         eval_every=FLAGS.eval_every, eval_every_steps=FLAGS.eval_every_steps, eval_samples=FLAGS.eval_samples,
@@ -141,6 +145,7 @@ def validate_flags(model_name: str) -> GanSettings:
     _need("capacity", s.capacity >= 1, ">= 1", s.capacity)
     _need("critic_steps", s.critic_steps >= 1, ">= 1", s.critic_steps)
     _need("latent_size", s.latent_size >= 1, ">= 1", s.latent_size)
+    _need("generator_ema", 0 <= s.generator_ema < 1, "in [0, 1)", s.generator_ema)
     _need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
     _need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip > 0, "a positive finite number", s.weight_clip)
     _need("num_samples", s.num_samples >= 10, ">= 10", s.num_samples)
@@ -173,10 +178,10 @@ def _build(s: GanSettings, num_classes: int | None):
     if s.model == "dpwgan_gp":
         model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, num_classes, s.critic_steps, s.gp_weight,
                                        seed=s.seed, generator_batch_size=gen_batch, per_example=s.per_example)
-        return model, wgan_gp.dp_adam(s.learning_rate), wgan_gp.dp_adam(s.learning_rate)
+        return model, wgan_gp.dp_adam(s.learning_rate), wgan_gp.dp_adam(s.learning_rate, s.generator_ema)
     model = dpgan.make_dpgan(s.capacity, s.latent_size, num_classes, s.critic_steps, s.weight_clip,
                              seed=s.seed, generator_batch_size=gen_batch, per_example=s.per_example)
-    return model, dpgan.rmsprop(s.learning_rate), dpgan.rmsprop(s.learning_rate)
+    return model, dpgan.rmsprop(s.learning_rate), dpgan.rmsprop(s.learning_rate, s.generator_ema)
 
 
 def run(output_dir: str, model_name: str) -> dict:
@@ -213,7 +218,12 @@ def run(output_dir: str, model_name: str) -> dict:
         _, ref_features = classifier_outputs(classifier, data.x_test)
 
         def score_fn(m):
+            raw = [v.numpy() for v in m.generator.trainable_variables]
+            if s.generator_ema:  # score the averaged generator, then continue training the raw one
+                g_opt.finalize_variable_values(m.generator.trainable_variables)
             images, lab = evaluation.generate_samples(m, s.eval_samples, seed=s.seed + 1)
+            for v, w in zip(m.generator.trainable_variables, raw):
+                v.assign(w)
             return evaluation.sample_scores(classifier, images, ref_features, lab)
 
     scoring = s.eval_every or s.eval_every_steps
@@ -223,6 +233,8 @@ def run(output_dir: str, model_name: str) -> dict:
     fit = training.fit_gan(model, data.x_train, labels, plan, d_opt, g_opt, output_dir, seed=private_seed,
                            verbose=int(_common("verbose", 2)),
                            max_minutes=s.max_minutes or None, max_steps=s.max_steps or None, monitor=monitor)
+    if s.generator_ema:  # sample from the averaged generator (checkpoints keep the raw weights)
+        g_opt.finalize_variable_values(model.generator.trainable_variables)
     gan_config = {"model": s.model, "capacity": s.capacity, "latent_size": s.latent_size, "num_classes": num_classes}
     training.save_generator(model, output_dir, gan_config)
 

@@ -55,8 +55,9 @@ def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | No
                  per_example=per_example, name="dpgan")
 
 
-def rmsprop(learning_rate: float = LEARNING_RATE) -> tf.keras.optimizers.Optimizer:
-    return tf.keras.optimizers.RMSprop(learning_rate)
+def rmsprop(learning_rate: float = LEARNING_RATE, ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
+    """WGAN's optimizer; ema > 0 as in `tfpriv.gan.wgan_gp.dp_adam`."""
+    return tf.keras.optimizers.RMSprop(learning_rate, use_ema=ema > 0, ema_momentum=ema if ema > 0 else 0.99)
 
 
 def xie_sigma_n(epsilon: float, q: float, critic_steps: int, delta: float) -> float:

@@ -29,9 +29,15 @@ def default_learning_rate(batch_size: float) -> float:
     return float(batch_size) * LR_PER_EXAMPLE
 
 
-def dp_adam(learning_rate: float) -> tf.keras.optimizers.Optimizer:
-    """Adam with 004's betas; applied to the privatized gradient it is DP-Adam."""
-    return tf.keras.optimizers.Adam(learning_rate, beta_1=ADAM_BETAS[0], beta_2=ADAM_BETAS[1])
+def dp_adam(learning_rate: float, ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
+    """Adam with 004's betas; applied to the privatized gradient it is DP-Adam.
+
+    ema > 0 keeps an exponential moving average of the variables (for the generator: it is
+    post-processing of the private critic, so it costs no privacy); apply it with
+    `optimizer.finalize_variable_values(variables)`.
+    """
+    return tf.keras.optimizers.Adam(learning_rate, beta_1=ADAM_BETAS[0], beta_2=ADAM_BETAS[1],
+                                    use_ema=ema > 0, ema_momentum=ema if ema > 0 else 0.99)
 
 
 def gradient_penalty(critic_fn, xhat: tf.Tensor) -> tf.Tensor:
