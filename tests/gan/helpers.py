@@ -9,16 +9,15 @@ from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
 from tfpriv.privacy.config import DPConfig
 
 
-def dp(clip: float = 1.0, noise: float = 1.0, batch: float = 8.0, clipping: str = "vectorized", seed: int = 0,
+def dp(clip: float = 1.0, noise: float = 1.0, batch: float = 8.0, clipping: str = "per_example", seed: int = 0,
        verify: bool = True) -> DPConfig:
     return DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=noise, expected_batch_size=batch,
                     clipping=clipping, seed=seed, verify=verify)
 
 
-def tiny_wgan(config: DPConfig, conditional: bool = False, critic_steps: int = 1, per_example: str = "vmap",
-              d_optimizer=None):
+def tiny_wgan(config: DPConfig, conditional: bool = False, critic_steps: int = 1, d_optimizer=None):
     model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=10 if conditional else None,
-                           critic_steps=critic_steps, seed=0, generator_batch_size=4, per_example=per_example)
+                           critic_steps=critic_steps, seed=0, generator_batch_size=4)
     model.compile(d_optimizer or dp_adam(1e-3), dp_adam(1e-3), dp=config)
     return model
 

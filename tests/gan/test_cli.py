@@ -27,7 +27,7 @@ def _parsed():
     ("dpgan", {"weight_clip": 0.0}, "--weight_clip: must be a positive finite number, got 0.0"),
     ("dpwgan_gp", {"clipping": "fast"}, "--clipping: fast (ghost-norm) clipping is not exact"),
     ("dpwgan_gp", {"aggregation": "termwise"}, "--aggregation: must be micro (per-example clipping of the critic)"),
-    ("dpwgan_gp", {"per_example": "loop"}, "--per_example: must be vmap or jacobian, got 'loop'"),
+    ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of fast, vectorized, per_example, got 'vmap'"),
     ("dpwgan_gp", {"num_samples": 0}, "--num_samples: must be >= 10, got 0"),
     ("dpwgan", {}, "--model: GAN models are dpwgan_gp, dpgan, got 'dpwgan'"),
 ])
@@ -43,7 +43,7 @@ def test_bad_flags_raise_one_line_usage_error_before_output(tmp_path, model, ove
 def test_model_defaults_apply_unless_a_common_flag_is_given():
     # train.py's defaults (aggregation=termwise, clipping=fast, batch 64, ...) are not GAN settings.
     s = cli.validate_flags("dpwgan_gp")
-    assert (s.critic_steps, s.batch_size, s.clipping, s.aggregation) == (1, 128, "vectorized", "micro")
+    assert (s.critic_steps, s.batch_size, s.clipping, s.aggregation) == (1, 128, "per_example", "micro")
     assert s.learning_rate == pytest.approx(128 * 3.125e-6)  # 004's lr = batch * 3.125e-6
     assert s.seed_from_os
     d = cli.validate_flags("dpgan")

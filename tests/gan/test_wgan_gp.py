@@ -35,10 +35,11 @@ def test_clipped_sum_equals_naive_per_example_loop_not_clip_of_average(cond_mode
     clip = float(np.median(norms))  # half the examples are clipped, half are not
     assert (norms > clip * 1.01).sum() >= 2 and (norms < clip * 0.99).sum() >= 2
     expected = [sum(parts) for parts in zip(*[_clip(g, clip) for g in naive])]
-    # Both per-example paths: tfpriv.gan's vmap engine and the engine's own Jacobian pass.
-    for engine_cls in (type(cond_model.engine), DPGradientEngine):
-        engine = engine_cls(dp(clip=clip, batch=8.0), cond_model.critic, cond_model.spec,
-                            variables=cond_model.critic.trainable_variables)
+    # Both exact per-example paths of the engine: vmap over examples and tape.jacobian.
+    assert cond_model.engine.per_example
+    for clipping in ("per_example", "vectorized"):
+        engine = DPGradientEngine(dp(clip=clip, batch=8.0, clipping=clipping), cond_model.critic, cond_model.spec,
+                                  variables=cond_model.critic.trainable_variables)
         out = engine.clipped_sums(cond_model.critic_loss_fn, inputs)
         np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
         for got, want in zip(out["sample"], expected):
@@ -50,8 +51,8 @@ def test_clipped_sum_equals_naive_per_example_loop_not_clip_of_average(cond_mode
 
 def test_one_example_moves_the_clipped_sum_by_at_most_c(cond_model):
     clip = 0.5
-    engine = cond_model.engine.__class__(dp(clip=clip, batch=8.0), cond_model.critic, cond_model.spec,
-                                         variables=cond_model.critic.trainable_variables)
+    engine = DPGradientEngine(dp(clip=clip, batch=8.0), cond_model.critic, cond_model.spec,
+                              variables=cond_model.critic.trainable_variables)
     base = critic_inputs(5, conditional=True, seed=2)
     outlier = critic_inputs(1, conditional=True, seed=3, scale=50.0)  # a huge per-example gradient
     both = {k: tf.concat([base[k], outlier[k]], 0) for k in base}
@@ -67,8 +68,8 @@ def test_whole_critic_is_clipped_jointly(cond_model):
     inputs = row(critic_inputs(3, conditional=True, seed=4), 0)
     raw = naive_per_example_grads(cond_model, inputs)[0]
     assert global_norm(raw) > 10 * clip
-    engine = cond_model.engine.__class__(dp(clip=clip, batch=8.0), cond_model.critic, cond_model.spec,
-                                         variables=cond_model.critic.trainable_variables)
+    engine = DPGradientEngine(dp(clip=clip, batch=8.0), cond_model.critic, cond_model.spec,
+                              variables=cond_model.critic.trainable_variables)
     # Every critic variable (and nothing else) is in the one clipped vector.
     assert {id(v) for v in engine.variables} == {id(v) for v in cond_model.critic.trainable_variables}
     assert not {id(v) for v in engine.variables} & {id(v) for v in cond_model.generator.trainable_variables}
@@ -86,9 +87,8 @@ def test_whole_critic_is_clipped_jointly(cond_model):
 
 def test_noise_std_of_averaged_critic_gradient_is_z_c_over_expected_batch(cond_model):
     z, clip, expected_batch = 1.5, 0.1, 50.0
-    engine = cond_model.engine.__class__(dp(clip=clip, noise=z, batch=expected_batch, seed=1),
-                                         cond_model.critic, cond_model.spec,
-                                         variables=cond_model.critic.trainable_variables)
+    engine = DPGradientEngine(dp(clip=clip, noise=z, batch=expected_batch, seed=1),
+                              cond_model.critic, cond_model.spec, variables=cond_model.critic.trainable_variables)
     spec = {"image": tf.TensorSpec([None, 28, 28, 1]), "fake": tf.TensorSpec([None, 28, 28, 1]),
             "mix": tf.TensorSpec([None]), "label": tf.TensorSpec([None], tf.int32)}
     private_gradient = tf.function(lambda x: engine.gradients(cond_model.critic_loss_fn, x)[0], input_signature=[spec])

@@ -11,7 +11,7 @@ from tests.privacy import models
 from tests.privacy import reference as ref
 
 RTOL = 1e-5
-PATHS = [("fast", "bookkeeping"), ("fast", "reweight"), ("vectorized", "bookkeeping")]
+PATHS = [("fast", "bookkeeping"), ("fast", "reweight"), ("vectorized", "bookkeeping"), ("per_example", "bookkeeping")]
 
 
 def rel_err(a, b):
@@ -166,11 +166,12 @@ class _RawVariableModel(tf.keras.Model):
         return self.dense(x) * self.scale
 
 
-def test_engine_refuses_variables_outside_layers():
+@pytest.mark.parametrize("clipping", ["fast", "per_example"])
+def test_engine_refuses_variables_outside_layers(clipping):
     model = _RawVariableModel()
     model(tf.zeros([1, 4]))
     with pytest.raises(ConfigError, match="not owned by a Keras layer"):
-        make_engine(model, spec=models.SAMPLE_ONLY)
+        make_engine(model, spec=models.SAMPLE_ONLY, clipping=clipping)
 
 
 def test_verify_refuses_cross_example_sample_terms():

@@ -6,10 +6,9 @@ Poisson-sampled Gaussian per critic step) and the generator non-privately from t
 from tfpriv.gan.architectures import build_critic, build_generator
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.gan.dpgan import DPGAN, make_dpgan, privacy_comparison
-from tfpriv.gan.per_example import PerExampleEngine, make_engine
 from tfpriv.gan.wgan_gp import DPWGANGP, default_learning_rate, dp_adam, make_dpwgan_gp
 
 __all__ = [
-    "DPGAN", "DPWGANGP", "PerExampleEngine", "PrivateWGAN", "build_critic", "build_generator",
-    "default_learning_rate", "dp_adam", "make_dpgan", "make_dpwgan_gp", "make_engine", "privacy_comparison",
+    "DPGAN", "DPWGANGP", "PrivateWGAN", "build_critic", "build_generator",
+    "default_learning_rate", "dp_adam", "make_dpgan", "make_dpwgan_gp", "privacy_comparison",
 ]

@@ -11,7 +11,9 @@ conditionally, its own label) and its own interpolation weight: the train step d
 the batch's dynamic (Poisson) size and passes them to the engine as per-example inputs, so
 example i's term depends on row i only. The engine clips the gradient of each example's loss
 over ALL critic variables jointly at C, adds N(0, (zC)^2) to the sum once and divides by the
-expected batch size.
+expected batch size. How it obtains the per-example gradients is `DPConfig.clipping`: the
+DP-WGAN-GP default is `per_example` (each example's loss alone under `tf.vectorized_map`, exact
+for the gradient penalty), DPGAN's is `fast`.
 
 Batches are dicts {"image": [B, 28, 28, 1]} (+ "label": [B] int32 when conditional); the
 critic's inputs add "fake" [B, 28, 28, 1] and "mix" [B].
@@ -21,7 +23,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
-from tfpriv.gan.per_example import make_engine
 from tfpriv.privacy.accounting import PrivacyLedger
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
@@ -35,7 +36,7 @@ class PrivateWGAN(tf.keras.Model):
 
     def __init__(self, generator: tf.keras.Model, critic: tf.keras.Model, latent_size: int = 128,
                  num_classes: int | None = None, critic_steps: int = 1, generator_batch_size: int | None = None,
-                 seed: int | None = None, per_example: str = "vmap", **kwargs):
+                 seed: int | None = None, **kwargs):
         super().__init__(**kwargs)
         if critic_steps < 1:
             raise ConfigError(f"--critic_steps: must be >= 1, got {critic_steps}")
@@ -46,7 +47,6 @@ class PrivateWGAN(tf.keras.Model):
         self.num_classes = num_classes
         self.critic_steps = int(critic_steps)
         self.generator_batch_size = generator_batch_size
-        self.per_example = per_example
         # Latents, interpolation weights and generator labels (the DP noise has its own RNG in the engine).
         self.rng = (tf.random.Generator.from_seed(seed) if seed is not None
                     else tf.random.Generator.from_non_deterministic_state())
@@ -76,14 +76,14 @@ class PrivateWGAN(tf.keras.Model):
         return None
 
     def prepare(self, sample_batch) -> DPGradientEngine:
-        """Builds both networks, optimizers and the critic's engine; verifies the fast path once."""
+        """Builds both networks, optimizers and the critic's engine; verifies its clipping path once."""
         if getattr(self, "engine", None) is not None:
             return self.engine
         if not hasattr(self, "dp_config"):
             raise RuntimeError("call compile() before fit()")
         inputs = self.critic_inputs(sample_batch)
         self.critic(self._critic_in(inputs["image"], inputs.get("label")))
-        engine = make_engine(self.dp_config, self.critic, self.spec, self.per_example)
+        engine = DPGradientEngine(self.dp_config, self.critic, self.spec, variables=self.critic.trainable_variables)
         object.__setattr__(self, "engine", engine)
         self.d_optimizer.build(self.critic.trainable_variables)
         self.g_optimizer.build(self.generator.trainable_variables)

@@ -1,12 +1,15 @@
 """Throughput of a DP-WGAN-GP critic step, and where its time goes.
 
-    python -m tfpriv.gan.benchmark --capacity=32 --batch_size=128 --parts=batch,vmap,jacobian,step
+    python -m tfpriv.gan.benchmark --capacity=32 --batch_size=128 --parts=batch,per_example,jacobian,step
 
 Parts (each timed after one warm-up call, on a fixed batch of `batch_size` examples):
-  batch     non-private gradient of the summed critic loss (the floor);
-  vmap      per-example gradients, the loss vectorized over examples (tfpriv.gan.per_example);
-  jacobian  per-example gradients as the engine's vectorized pass takes them (tape.jacobian);
-  step      a whole private train step (critic step + generator step) with --per_example.
+  batch        non-private gradient of the summed critic loss (the floor);
+  per_example  per-example gradients as the engine's clipping="per_example" path takes them
+               (each example's loss alone under tf.vectorized_map: O(B));
+  jacobian     per-example gradients as the engine's clipping="vectorized" path takes them
+               (tape.jacobian of the [B] losses: O(B^2));
+  engine       the engine's privatized critic gradient (clip, sum, noise) with --clipping;
+  step         a whole private train step (critic step + generator step) with --clipping.
 Prints one JSON line per part with seconds per call and the load average when it ran.
 """
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 import time
 
 import numpy as np
+
+PARTS = ("batch", "per_example", "jacobian", "engine", "step")
 
 
 def _time(fn, reps: int) -> tuple[float, float]:
@@ -30,16 +35,21 @@ def _time(fn, reps: int) -> tuple[float, float]:
 
 
 def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: bool = True, reps: int = 3,
-              per_example: str = "vmap") -> list[dict]:
+              clipping: str = "per_example") -> list[dict]:
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise SystemExit(f"--parts: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     import tensorflow as tf
 
     from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
+    from tfpriv.privacy.clipping import jacobian as jacobian_rows
     from tfpriv.privacy.config import DPConfig
+    from tfpriv.privacy.per_example import example_gradients
     from tfpriv.privacy.terms import BatchLayout
 
-    model = make_dpwgan_gp(capacity=capacity, num_classes=10 if conditional else None, seed=0, per_example=per_example)
+    model = make_dpwgan_gp(capacity=capacity, num_classes=10 if conditional else None, seed=0)
     model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5,
-                                                        expected_batch_size=float(batch_size), clipping="vectorized",
+                                                        expected_batch_size=float(batch_size), clipping=clipping,
                                                         seed=0, verify=False))
     rng = np.random.default_rng(0)
     batch = {"image": tf.constant(rng.random((batch_size, 28, 28, 1), dtype=np.float32))}
@@ -58,27 +68,23 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
             total = tf.reduce_sum(loss(inputs))
         return tape.gradient(total, variables)
 
-    def vmap():
-        def one(x):
-            x = {k: v[None] for k, v in x.items()}
-            with tf.GradientTape() as tape:
-                total = tf.reduce_sum(loss(x))
-            return tape.gradient(total, variables)
-        return tf.vectorized_map(one, inputs, fallback_to_while_loop=True)
+    def per_example():
+        return example_gradients(model.critic_loss_fn, inputs, variables, model.spec, tf.constant(batch_size))[0]
 
     def jacobian():
         with tf.GradientTape() as tape:
             per = loss(inputs)
-        return tape.jacobian(per, variables)
+        return jacobian_rows(tape, per, variables)
 
-    fns = {"batch": batch_grad, "vmap": vmap, "jacobian": jacobian, "step": lambda: model.train_step(batch)}
+    fns = {"batch": batch_grad, "per_example": per_example, "jacobian": jacobian,
+           "engine": lambda: model.critic_gradients(batch)[0], "step": lambda: model.train_step(batch)}
     out = []
     for part in parts:
         first, sec = _time(tf.function(fns[part]), reps)
         rec = {"part": part, "capacity": capacity, "batch_size": batch_size, "conditional": conditional,
                "seconds_per_call": sec, "first_call_seconds": first, "load_average_1min": os.getloadavg()[0]}
-        if part == "step":
-            rec["per_example"] = per_example
+        if part in ("engine", "step"):
+            rec["clipping"] = clipping
         print(json.dumps(rec), flush=True)
         out.append(rec)
     return out
@@ -89,12 +95,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=32)
     parser.add_argument("--batch_size", type=int, default=128)
-    parser.add_argument("--parts", default="batch,vmap,step")
-    parser.add_argument("--per_example", default="vmap")
+    parser.add_argument("--parts", default="batch,per_example,step")
+    parser.add_argument("--clipping", default="per_example", help="the engine's path for the engine/step parts")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--unconditional", action="store_true")
     args = parser.parse_args(argv)
-    benchmark(args.capacity, args.batch_size, args.parts.split(","), not args.unconditional, args.reps, args.per_example)
+    benchmark(args.capacity, args.batch_size, args.parts.split(","), not args.unconditional, args.reps, args.clipping)
     return 0
 
 

@@ -42,7 +42,6 @@ _define("integer", "latent_size", 128, "Generator latent dimension.")
 _define("boolean", "conditional", False, "Class-conditional GAN (labels are private: they enter the clipped critic).")
 _define("integer", "num_samples", 10000, "Samples for the final scores (IS, FD) and for --mode=sample.")
 _define("string", "generator_path", None, "--mode=sample: a GAN run directory or its generator.keras (default: --output_dir).")
-_define("string", "per_example", "vmap", "Vectorized per-example gradients: vmap (per example, O(B)) or jacobian (engine's).")
 _define("integer", "eval_every", 1, "Score the generator every N epochs for the IS-vs-epsilon curve (0: only at the end).")
 _define("integer", "eval_every_steps", 0, "Score every N critic steps instead of every --eval_every epochs (0: off).")
 _define("integer", "eval_samples", 2000, "Samples per intermediate score.")
@@ -55,7 +54,7 @@ _define("string", "classifier_cache_dir", None, "Cache of the MNIST evaluation c
 MODEL_DEFAULTS = {
     # 004's code: batch 128, Adam(0.5, 0.9) at batch * 3.125e-6, C = 1, sigma in {0.5..1}, 40 epochs.
     "dpwgan_gp": dict(critic_steps=1, batch_size=128, learning_rate=None, l2_norm_clip=1.0, noise_multiplier=0.5,
-                      epochs=40, clipping="vectorized"),
+                      epochs=40, clipping="per_example"),
     # Xie et al.: n_critic 5, RMSProp 5e-5, c_p 0.01, batch 64.
     "dpgan": dict(critic_steps=5, batch_size=64, learning_rate=5e-5, l2_norm_clip=1.0, noise_multiplier=1.0,
                   epochs=20, clipping="fast"),
@@ -96,7 +95,6 @@ class GanSettings:
     conditional: bool
     num_samples: int
     clipping: str
-    per_example: str
     eval_every: int
     eval_every_steps: int
     eval_samples: int
@@ -119,6 +117,7 @@ def validate_flags(model_name: str) -> GanSettings:
     md = MODEL_DEFAULTS[model_name]
     batch_size = int(_common("batch_size", md["batch_size"]))
     from tfpriv.gan.wgan_gp import default_learning_rate
+    from tfpriv.privacy.config import CLIPPING_METHODS
     lr_default = md["learning_rate"] if md["learning_rate"] is not None else default_learning_rate(batch_size)
     seed = _common("seed", None)
     s = GanSettings(
@@ -137,7 +136,7 @@ def validate_flags(model_name: str) -> GanSettings:
         capacity=FLAGS.capacity, gp_weight=FLAGS.gp_weight, weight_clip=FLAGS.weight_clip,
         generator_ema=FLAGS.generator_ema,
         latent_size=FLAGS.latent_size, conditional=FLAGS.conditional, num_samples=FLAGS.num_samples,
-        clipping=_common("clipping", md["clipping"]), per_example=FLAGS.per_example,
+        clipping=_common("clipping", md["clipping"]),
         eval_every=FLAGS.eval_every, eval_every_steps=FLAGS.eval_every_steps, eval_samples=FLAGS.eval_samples,
         downstream_samples=FLAGS.downstream_samples, downstream_epochs=FLAGS.downstream_epochs,
         max_minutes=FLAGS.max_minutes, max_steps=FLAGS.max_steps, classifier_cache_dir=FLAGS.classifier_cache_dir)
@@ -154,8 +153,7 @@ def validate_flags(model_name: str) -> GanSettings:
     _need("learning_rate", math.isfinite(s.learning_rate) and s.learning_rate > 0, "a positive finite number", s.learning_rate)
     _need("aggregation", s.aggregation in ("micro", "none"),
           "micro (per-example clipping of the critic) or none (non-private baseline)", repr(s.aggregation))
-    _need("clipping", s.clipping in ("vectorized", "fast"), "vectorized or fast", repr(s.clipping))
-    _need("per_example", s.per_example in ("vmap", "jacobian"), "vmap or jacobian", repr(s.per_example))
+    _need("clipping", s.clipping in CLIPPING_METHODS, f"one of {', '.join(CLIPPING_METHODS)}", repr(s.clipping))
     _need("eval_every", s.eval_every >= 0, ">= 0", s.eval_every)
     _need("eval_every_steps", s.eval_every_steps >= 0, ">= 0", s.eval_every_steps)
     _need("eval_samples", s.eval_samples >= 10, ">= 10", s.eval_samples)
@@ -164,7 +162,7 @@ def validate_flags(model_name: str) -> GanSettings:
     _need("max_minutes", math.isfinite(s.max_minutes) and s.max_minutes >= 0, "a finite number >= 0", s.max_minutes)
     _need("max_steps", s.max_steps >= 0, ">= 0", s.max_steps)
     if s.model == "dpwgan_gp" and s.aggregation == "micro" and s.clipping == "fast" and s.gp_weight > 0:
-        raise UsageError("--clipping: fast (ghost-norm) clipping is not exact for the gradient penalty; use vectorized")
+        raise UsageError("--clipping: fast (ghost-norm) clipping is not exact for the gradient penalty; use per_example")
     if s.aggregation == "micro":
         _need("l2_norm_clip", math.isfinite(s.l2_norm_clip) and s.l2_norm_clip > 0, "a positive finite number", s.l2_norm_clip)
         _need("noise_multiplier", math.isfinite(s.noise_multiplier) and s.noise_multiplier >= 0, "a finite number >= 0",
@@ -177,10 +175,10 @@ def _build(s: GanSettings, num_classes: int | None):
     gen_batch = s.batch_size
     if s.model == "dpwgan_gp":
         model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, num_classes, s.critic_steps, s.gp_weight,
-                                       seed=s.seed, generator_batch_size=gen_batch, per_example=s.per_example)
+                                       seed=s.seed, generator_batch_size=gen_batch)
         return model, wgan_gp.dp_adam(s.learning_rate), wgan_gp.dp_adam(s.learning_rate, s.generator_ema)
     model = dpgan.make_dpgan(s.capacity, s.latent_size, num_classes, s.critic_steps, s.weight_clip,
-                             seed=s.seed, generator_batch_size=gen_batch, per_example=s.per_example)
+                             seed=s.seed, generator_batch_size=gen_batch)
     return model, dpgan.rmsprop(s.learning_rate), dpgan.rmsprop(s.learning_rate, s.generator_ema)
 
 

@@ -47,12 +47,12 @@ class DPGAN(PrivateWGAN):
 
 def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                critic_steps: int = 5, weight_clip: float = WEIGHT_CLIP, seed: int | None = None,
-               generator_batch_size: int | None = None, per_example: str = "vmap") -> DPGAN:
+               generator_batch_size: int | None = None) -> DPGAN:
     """DPGAN on the same critic/generator architecture as DP-WGAN-GP."""
     return DPGAN(build_generator(capacity, latent_size, num_classes), build_critic(capacity, num_classes),
                  weight_clip=weight_clip, latent_size=latent_size, num_classes=num_classes,
                  critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
-                 per_example=per_example, name="dpgan")
+                 name="dpgan")
 
 
 def rmsprop(learning_rate: float = LEARNING_RATE, ema: float = 0.0) -> tf.keras.optimizers.Optimizer:

@@ -5,7 +5,9 @@ Critic loss of example i (Gulrajani et al. eq. 3, per example):
   xhat_i = m_i real_i + (1 - m_i) fake_i,  m_i ~ U(0, 1),
 declared as two sample-wise terms ("wasserstein", "penalty") whose sum the engine clips jointly.
 The penalty differentiates through the critic twice, so fast (ghost-norm) clipping is not exact
-for it: the model refuses `clipping="fast"` and uses per-example gradients.
+for it: the model refuses `clipping="fast"`. Use `clipping="per_example"` (the CLI default: each
+example's loss differentiated alone under `tf.vectorized_map`, O(B)) or `"vectorized"` (the
+engine's `tape.jacobian`, exact too but O(B^2)).
 Critic optimizer: DP-Adam, i.e. Adam (beta1 0.5, beta2 0.9) on the privatized gradient, with
 004's learning rate batch * 3.125e-6.
 """
@@ -65,7 +67,7 @@ class DPWGANGP(PrivateWGAN):
     def check_config(self, dp: DPConfig) -> None:
         if dp.private and dp.clipping == "fast" and self.gp_weight > 0:
             raise ConfigError("--clipping: the gradient penalty differentiates through the critic twice, so fast "
-                              "(ghost-norm) clipping would mis-clip it; use vectorized")
+                              "(ghost-norm) clipping would mis-clip it; use per_example (or vectorized)")
 
     def critic_terms(self, real, fake, labels, mix):
         critic_fn = lambda x: self.critic(self._critic_in(x, labels), training=True)  # noqa: E731
@@ -77,9 +79,9 @@ class DPWGANGP(PrivateWGAN):
 
 def make_dpwgan_gp(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                    critic_steps: int = 1, gp_weight: float = GP_WEIGHT, seed: int | None = None,
-                   generator_batch_size: int | None = None, per_example: str = "vmap") -> DPWGANGP:
+                   generator_batch_size: int | None = None) -> DPWGANGP:
     """The source paper's architecture at `capacity`, optionally class-conditional."""
     return DPWGANGP(build_generator(capacity, latent_size, num_classes), build_critic(capacity, num_classes),
                     gp_weight=gp_weight, latent_size=latent_size, num_classes=num_classes,
                     critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
-                    per_example=per_example, name="dpwgan_gp")
+                    name="dpwgan_gp")

@@ -3,7 +3,8 @@
 Groups are either single examples (sample-wise terms, phi_i) or partitions of the batch
 (batch-wise terms, psi_j). `FastPass` gets them from layer rules (ghost norms and
 book-keeping, `layer_rules`); `VectorizedPass` from per-example Jacobians of the whole
-model. Both expose the same three operations the engine needs:
+model; `tfpriv.privacy.per_example.PerExamplePass` from each example's loss differentiated
+alone under `tf.vectorized_map`. All expose the same operations the engine needs:
 
   sample_sq_norms()      ||grad phi_i||^2                        [B]
   partition_sq_norms()   ||grad psi_j||^2                        [P]
@@ -243,23 +244,17 @@ class FastPass:
         return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
 
 
-class VectorizedPass:
-    """The same quantities from per-example (per-partition) Jacobians of the whole model.
+class JacobianSums:
+    """The engine's quantities from per-example (per-partition) gradients of the whole model.
 
-    Slow but general: also right for losses that differentiate through the model twice
-    (gradient penalties), where the layer-local factorisation does not hold.
+    j_phi[k] is [B, *w_k.shape] (example i's grad phi_i), j_psi[k] is [P, *w_k.shape] or None.
+    Subclasses differ only in how they obtain them.
     """
 
-    def __init__(self, variables: Sequence[tf.Variable], tape: tf.GradientTape, phi: tf.Tensor,
-                 psi: tf.Tensor | None, layout: BatchLayout, batch_size: tf.Tensor):
-        self.variables = list(variables)
-        self.layout = layout
-        self.batch_size = batch_size
-        self.phi, self.psi = phi, psi
-        zero = tf.UnconnectedGradients.ZERO
-        self.j_phi = tape.jacobian(phi, self.variables, unconnected_gradients=zero, experimental_use_pfor=True)
-        self.j_psi = (tape.jacobian(psi, self.variables, unconnected_gradients=zero, experimental_use_pfor=True)
-                      if psi is not None else None)
+    variables: list[tf.Variable]
+    batch_size: tf.Tensor
+    j_phi: list[tf.Tensor]
+    j_psi: list[tf.Tensor] | None
 
     def sample_sq_norms(self) -> tf.Tensor:
         return tf.add_n([_flat_sq(j) for j in self.j_phi])
@@ -276,7 +271,32 @@ class VectorizedPass:
         return total
 
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
+        """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here)."""
         out = [tf.tensordot(c_phi, j, axes=1) for j in self.j_phi]
         if self.j_psi is not None and c_psi is not None:
             out = [o + tf.tensordot(c_psi, j, axes=1) for o, j in zip(out, self.j_psi)]
         return out
+
+
+class VectorizedPass(JacobianSums):
+    """Per-example (per-partition) gradients as Jacobians of the batch's [B] (and [P]) losses.
+
+    Slow but general: also right for losses that differentiate through the model twice
+    (gradient penalties), where the layer-local factorisation does not hold. pfor runs the
+    backward pass of the whole batch once per row: O(B^2) work.
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable], tape: tf.GradientTape, phi: tf.Tensor,
+                 psi: tf.Tensor | None, layout: BatchLayout, batch_size: tf.Tensor):
+        self.variables = list(variables)
+        self.layout = layout
+        self.batch_size = batch_size
+        self.phi, self.psi = phi, psi
+        self.j_phi = jacobian(tape, phi, self.variables)
+        self.j_psi = jacobian(tape, psi, self.variables) if psi is not None else None
+
+
+def jacobian(tape: tf.GradientTape, values: tf.Tensor, variables: Sequence[tf.Variable]) -> list[tf.Tensor]:
+    """[N, *w.shape] per variable: the gradient of each of the N `values` (zeros if unconnected)."""
+    return tape.jacobian(values, list(variables), unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                         experimental_use_pfor=True)

@@ -12,7 +12,7 @@ import math
 from tfpriv.errors import ConfigError
 
 AGGREGATIONS = ("none", "micro", "batch", "termwise")
-CLIPPING_METHODS = ("fast", "vectorized")
+CLIPPING_METHODS = ("fast", "vectorized", "per_example")
 CLIPPED_SUM_METHODS = ("bookkeeping", "reweight")
 SINGLETON_PARTITIONS = 0  # `num_partitions=0`: every example is its own partition.
 
@@ -35,12 +35,16 @@ class DPConfig:
         realised batch size, which is data-dependent under Poisson sampling).
       max_batch_size: `micro` with batch-wise terms only: batches larger than this are
         skipped (noise only), which bounds the sensitivity by (2*max_batch_size - 1) * C.
-      clipping: `fast` (ghost norms + per-layer rules, vectorised fallback per layer) or
-        `vectorized` (per-example Jacobians of the whole model; needed for losses that
-        differentiate through the model twice, e.g. gradient penalties).
+      clipping: how per-example (per-partition) gradients are obtained. `fast`: ghost norms +
+        per-layer rules, vectorised fallback per layer; exact only for losses that
+        differentiate through the model once. `per_example`: each example's loss evaluated
+        as a batch of one and differentiated under `tf.vectorized_map` (O(B) work, exact for
+        second-order losses such as gradient penalties; batch-wise terms of multi-example
+        partitions via a Jacobian over the P partitions). `vectorized`: `tape.jacobian` of the
+        batch's per-example losses (exact, but O(B^2) work). `docs/privacy.md` compares them.
       clipped_sum: `bookkeeping` (weighted sums from the first pass's layer inputs and
         output gradients) or `reweight` (a second backward pass of the reweighted loss).
-      verify: check once, on the first batch, that the fast path's per-example norms equal
+      verify: check once, on the first batch, that the fast or per_example path's norms equal
         a per-example Jacobian computation and that sample-wise terms are local.
       seed: seed of the noise generator; None draws it from the OS.
     """

@@ -10,6 +10,10 @@ batch and returns gradients ready for `optimizer.apply_gradients`:
   termwise  (1/B)(sum_i pi_C1(grad phi_i) + N(0,(zC1)^2)) + (1/b)(sum_j pi_C2(grad psi_j) + N(0,(zC2)^2))
 
 B is the expected batch size q*N (a fixed denominator), b the number of partitions.
+`DPConfig.clipping` only chooses how per-example gradients (or their norms) are obtained:
+`fast` (ghost norms, `clipping.FastPass`), `per_example` (each example's loss alone under
+`tf.vectorized_map`, `per_example.PerExamplePass`) or `vectorized` (`tape.jacobian`,
+`clipping.VectorizedPass`); clip factors, weighted sums and noise are the same code for all.
 Clipped sums are computed per replica; under a `tf.distribute` strategy each replica adds
 noise of variance std^2/R so the all-reduced sum carries exactly one noise of the
 documented std (the sum of R independent Gaussians), so the privacy analysis is unchanged.
@@ -25,7 +29,8 @@ import tensorflow as tf
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.clipping import FastPass, VectorizedPass
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
-from tfpriv.privacy.taps import TapRecorder
+from tfpriv.privacy.per_example import per_example_pass
+from tfpriv.privacy.taps import TapRecorder, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
@@ -61,10 +66,18 @@ class DPGradientEngine:
         self.sensitivity = config.sensitivity(spec.has_batch_terms) if config.private else math.inf
         self.recorder = (TapRecorder(roots, self.variables)
                          if config.private and config.clipping == "fast" and config.aggregation != "batch" else None)
+        if self.per_example:
+            require_layer_owned(roots, self.variables)
         if config.seed is None:
             self.generator = tf.random.Generator.from_non_deterministic_state()
         else:
             self.generator = tf.random.Generator.from_seed(config.seed)
+
+    @property
+    def per_example(self) -> bool:
+        """Whether per-example gradients come from `tf.vectorized_map` (clipping="per_example")."""
+        cfg = self.config
+        return cfg.private and cfg.clipping == "per_example" and cfg.aggregation in ("micro", "termwise")
 
     # -- facts for accounting and results.json ------------------------------------------------
     @property
@@ -136,6 +149,8 @@ class DPGradientEngine:
 
     def _pass(self, loss_fn, inputs, layout, batch_size):
         cfg = self.config
+        if self.per_example:
+            return self._per_example_pass(loss_fn, inputs, layout, batch_size)
         tape, terms, phi, psi = self._forward(loss_fn, inputs, layout)
         if self.recorder is not None:
             b = cfg.partitions_for_batch_terms
@@ -144,6 +159,11 @@ class DPGradientEngine:
         else:
             p = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
         return p, terms
+
+    def _per_example_pass(self, loss_fn, inputs, layout, batch_size):
+        singleton = self.config.partitions_for_batch_terms == SINGLETON_PARTITIONS
+        return per_example_pass(loss_fn, inputs, self.variables, self.spec, layout, batch_size,
+                                self.batch_terms, singleton)
 
     def _coefficients(self, p, batch_size):
         """Clip factors min(1, C/||g||) per example (and per partition)."""
@@ -199,11 +219,11 @@ class DPGradientEngine:
         return out
 
     def verify(self, loss_fn: LossFn, inputs, max_examples: int = 8, rtol: float = 1e-3) -> None:
-        """Refuses a model where the fast path would mis-clip (raises ConfigError).
+        """Refuses a model where the fast or per_example path would mis-clip (raises ConfigError).
 
-        Compares the fast path's per-example and per-partition norms with per-example
-        Jacobians of the same forward pass, and checks that each sample-wise term depends
-        on its own example only (no cross-example layers such as batch normalisation).
+        Compares the path's per-example and per-partition norms with per-example Jacobians of
+        the same forward pass, and checks that each sample-wise term depends on its own
+        example only (no cross-example layers such as batch normalisation).
         """
         if self.config.aggregation in ("none", "batch"):
             return  # no per-example clipping to get wrong
@@ -223,20 +243,31 @@ class DPGradientEngine:
                 raise ConfigError(
                     "DP engine: a sample-wise loss term depends on other examples in the batch "
                     "(e.g. batch normalisation); declare it as a batch-wise term instead")
-        if self.recorder is None:
+        if self.recorder is not None:
+            checked = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
+            why = ("fast clipping is not exact for this model", "the loss uses a variable outside its layer's "
+                   "call or differentiates through the model twice: use clipping='per_example' or 'vectorized'")
+        elif self.per_example:
+            checked, _ = self._per_example_pass(loss_fn, inputs, layout, batch_size)
+            why = ("per-example clipping is not exact for this model", "an example's loss as a batch of one "
+                   "differs from its loss in the batch (batch-size-dependent terms or random numbers drawn in "
+                   "the loss; pass randomness as per-example inputs): use clipping='vectorized'")
+        else:
             return
-        fast = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
         slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
-        checks = [("per-example", fast.sample_sq_norms(), slow.sample_sq_norms())]
-        if psi is not None:
+        self._compare_norms(checked, slow, psi is not None, rtol, why)
+
+    def _compare_norms(self, checked, slow: VectorizedPass, with_psi: bool, rtol: float,
+                       why: tuple[str, str]) -> None:
+        """Raises ConfigError naming `why` unless `checked`'s norms equal the Jacobian path's."""
+        checks = [("per-example", checked.sample_sq_norms(), slow.sample_sq_norms())]
+        if with_psi:
             if self.config.aggregation == "micro":
-                checks.append(("per-example (with batch terms)", fast.micro_sq_norms(), slow.micro_sq_norms()))
+                checks.append(("per-example (with batch terms)", checked.micro_sq_norms(), slow.micro_sq_norms()))
             else:
-                checks.append(("per-partition", fast.partition_sq_norms(), slow.partition_sq_norms()))
+                checks.append(("per-partition", checked.partition_sq_norms(), slow.partition_sq_norms()))
         for what, a, b in checks:
             a, b = np.sqrt(np.maximum(a.numpy(), 0)), np.sqrt(np.maximum(b.numpy(), 0))
             if not np.allclose(a, b, rtol=rtol, atol=1e-6 * max(1.0, float(np.max(b, initial=0.0)))):
-                raise ConfigError(
-                    f"DP engine: fast clipping is not exact for this model ({what} gradient norms "
-                    f"{a[:4]} vs per-example Jacobian {b[:4]}); the loss uses a variable outside its "
-                    "layer's call or differentiates through the model twice: use clipping='vectorized'")
+                raise ConfigError(f"DP engine: {why[0]} ({what} gradient norms {a[:4]} vs per-example "
+                                  f"Jacobian {b[:4]}); {why[1]}")

@@ -38,20 +38,39 @@ def _own_trainable(layer: Layer) -> list[tf.Variable]:
     return [v for v in layer.trainable_weights if id(v) not in sub]
 
 
+def require_layer_owned(roots: Sequence[tf.Module], variables: Iterable[tf.Variable]) -> None:
+    """Refuses (ConfigError) trainable variables that no leaf Keras layer owns on its own.
+
+    The fast path attributes gradients through layer calls, so such a variable would receive
+    an unclipped gradient; the per_example path refuses them too, so both paths accept the
+    same models.
+    """
+    owned: set[int] = set()
+    for layer in leaf_layers(roots):
+        own_vars = _own_trainable(layer)
+        if len(own_vars) != len(layer.trainable_weights):
+            raise ConfigError(
+                f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: "
+                f"{[v.name for v in own_vars]} belong to {layer.name}, which also calls sublayers")
+        owned.update(id(v) for v in own_vars)
+    missing = [v.name for v in variables if id(v) not in owned]
+    if missing:
+        raise ConfigError(
+            f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: {missing}")
+
+
 class TapRecorder:
     """Maps variables to (layer, rule) and records layer calls inside `recording()`."""
 
     def __init__(self, roots: Sequence[tf.Module], variables: Iterable[tf.Variable]):
+        variables = list(variables)
+        require_layer_owned(roots, variables)
         self.layers = leaf_layers(roots)
         self.rules = {id(layer): layer_rules.rule_for(layer) for layer in self.layers}
         self.layer_vars: dict[int, list[tf.Variable]] = {}
         owner: dict[int, Layer] = {}
         for layer in self.layers:
             own_vars = _own_trainable(layer)
-            if len(own_vars) != len(layer.trainable_weights):
-                raise ConfigError(
-                    f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: "
-                    f"{[v.name for v in own_vars]} belong to {layer.name}, which also calls sublayers")
             rule = self.rules[id(layer)]
             rule_vars = rule.variables(layer)
             own = {id(v) for v in own_vars}
@@ -62,10 +81,6 @@ class TapRecorder:
             self.layer_vars[id(layer)] = rule_vars
             for v in rule_vars:
                 owner[id(v)] = layer
-        missing = [v.name for v in variables if id(v) not in owner]
-        if missing:
-            raise ConfigError(
-                f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: {missing}")
         self.owner = owner
         self.taps: list[layer_rules.Tap] = []
         self._original_calls: dict[int, object] = {}

@@ -1,0 +1,188 @@
+"""clipping="per_example": clipped sums equal a naive per-example loop and the Jacobian path; noise; refusals.
+
+Every mode of the engine also runs on this path in test_engine.py (PATHS); here: second-order
+(gradient-penalty) losses, several terms clipped jointly, singleton partitions, the noise std
+and the configurations the path refuses.
+"""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.terms import LossTerms, TermSpec
+from tests.privacy import models
+from tests.privacy import reference as ref
+
+RTOL = 1e-5
+GP_SPEC = TermSpec(sample=("critic", "gp"))
+
+
+def engine_for(model, spec, clipping="per_example", **kw):
+    base = dict(aggregation="micro", l2_norm_clip=0.5, noise_multiplier=0.0, expected_batch_size=10, seed=1)
+    base.update(kw)
+    return DPGradientEngine(DPConfig(clipping=clipping, **base), model, spec)
+
+
+def small_conv(seed: int = 0) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(seed)
+    return tf.keras.Sequential([
+        tf.keras.Input([6, 6, 2]),
+        tf.keras.layers.Conv2D(3, 3, strides=2, padding="same", activation="tanh"),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(1),
+    ])
+
+
+def gp_loss_fn(model):
+    """WGAN-GP-like: phi_i = D(x_i) + (||grad_x D(x_i)|| - 1)^2, two terms clipped jointly."""
+
+    def loss_fn(x, layout):
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            value = tf.reduce_sum(model(x), axis=1)
+        grad = inner.gradient(value, x)
+        norm = tf.sqrt(tf.reduce_sum(tf.reshape(tf.square(grad), [tf.shape(x)[0], -1]), axis=1) + 1e-12)
+        return LossTerms({"critic": value, "gp": 10.0 * tf.square(norm - 1.0)})
+
+    return loss_fn
+
+
+CASES = {
+    "dense-gp": (models.mlp_model, gp_loss_fn, [8, 7], GP_SPEC),
+    "conv-gp": (small_conv, gp_loss_fn, [8, 6, 6, 2], GP_SPEC),
+    "dense": (models.mlp_model, lambda m: models.make_loss_fn(m, with_batch_term=False), [8, 7], models.SAMPLE_ONLY),
+    "conv": (models.conv_model, lambda m: models.make_loss_fn(m, with_batch_term=False), [8, 6, 6, 2],
+             models.SAMPLE_ONLY),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_clipped_sums_equal_naive_loop_and_jacobian_path(case):
+    build, make_loss, shape, spec = CASES[case]
+    model = build()
+    loss_fn = make_loss(model)
+    x = tf.random.stateless_normal(shape, seed=[1, 2])
+    g = ref.per_example_sample_grads(loss_fn, x, model.trainable_variables)  # each example alone
+    norms = np.array([np.linalg.norm(v) for v in g])
+    clip = float(np.median(norms))  # about half the examples are clipped
+    assert (norms > 1.01 * clip).sum() >= 2
+    naive = sum(ref.clip(v, clip) for v in g)
+    out = engine_for(model, spec, l2_norm_clip=clip).clipped_sums(loss_fn, x)
+    jac = engine_for(model, spec, clipping="vectorized", l2_norm_clip=clip).clipped_sums(loss_fn, x)
+    np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
+    assert _rel_err(ref.flat(out["sample"]), naive) < RTOL
+    assert _rel_err(ref.flat(out["sample"]), ref.flat(jac["sample"])) < RTOL
+
+
+def _rel_err(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12)
+
+
+def test_gradient_penalty_is_not_what_the_fast_path_computes():
+    """The second-order term matters: the fast path is refused, this path is verified and exact."""
+    model = models.mlp_model()
+    loss_fn = gp_loss_fn(model)
+    x = tf.random.stateless_normal([6, 7], seed=[3, 4])
+    with pytest.raises(ConfigError, match="fast clipping is not exact"):
+        engine_for(model, GP_SPEC, clipping="fast").verify(loss_fn, x)
+    assert engine_for(model, GP_SPEC).verify(loss_fn, x) is None
+
+
+def test_singleton_partitions_take_each_examples_batch_term_from_the_vectorized_pass():
+    model = models.mlp_model()
+    loss_fn = models.make_loss_fn(model)
+    x = tf.random.stateless_normal([6, 7], seed=[5, 6])
+    engine = engine_for(model, models.SPEC, aggregation="termwise", num_partitions=0, batch_clip=0.05)
+    out = engine.clipped_sums(loss_fn, x)
+    g = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+    q = [ref.grad_of(loss_fn, x[i:i + 1], engine.variables, "batch") for i in range(6)]
+    assert _rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.5) for v in g)) < RTOL
+    assert _rel_err(ref.flat(out["batch"]), sum(ref.clip(v, 0.05) for v in q)) < RTOL
+    engine.verify(loss_fn, x)
+
+
+def test_logged_terms_are_the_batch_means():
+    model = models.mlp_model()
+    loss_fn = models.make_loss_fn(model)
+    x = tf.random.stateless_normal([7, 7], seed=[7, 8])
+    engine = engine_for(model, models.SPEC, aggregation="termwise", num_partitions=1, batch_clip=0.1)
+    _, logs = engine.gradients(loss_fn, x)
+    terms = loss_fn(x, engine.layout(7))
+    for name in ("rec", "reg"):
+        assert float(logs[name]) == pytest.approx(float(tf.reduce_mean(terms.sample[name])), rel=1e-5)
+    assert float(logs["div"]) == pytest.approx(float(tf.reduce_sum(terms.batch["div"])), rel=1e-5)
+
+
+def wide_model():
+    tf.keras.utils.set_random_seed(0)
+    return tf.keras.Sequential([tf.keras.Input([60]), tf.keras.layers.Dense(150)])   # 9150 coordinates
+
+
+@pytest.mark.parametrize("aggregation,kw,expected", [
+    ("micro", dict(), 1.3 * 0.7 / 32),                                       # z C / B
+    ("termwise", dict(batch_clip=0.2, num_partitions=0), 1.3 * math.hypot(0.7 / 32, 0.2 / 32)),
+])
+def test_measured_noise_std_matches_formula(aggregation, kw, expected):
+    model = wide_model()
+    spec = TermSpec(sample=("rec",), batch=("div",) if aggregation == "termwise" else ())
+
+    def loss_fn(x, layout):
+        z = model(x)
+        batch = {"div": tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(z), axis=1)), 1)} if spec.batch else {}
+        return LossTerms({"rec": tf.reduce_sum(tf.square(z), 1)}, batch)
+
+    x = tf.random.stateless_normal([20, 60], seed=[1, 1])
+    common = dict(aggregation=aggregation, l2_norm_clip=0.7, expected_batch_size=32, seed=3, **kw)
+    clean, _ = engine_for(model, spec, **common).gradients(loss_fn, x)
+    noisy_engine = engine_for(model, spec, **dict(common, noise_multiplier=1.3))
+    assert noisy_engine.noise_stddev == pytest.approx(expected)
+    noisy, _ = noisy_engine.gradients(loss_fn, x)
+    noise = np.concatenate([(n - c).numpy().ravel() for n, c in zip(noisy, clean)])
+    assert np.std(noise) == pytest.approx(expected, rel=0.04)
+    assert abs(np.mean(noise)) < 4 * expected / math.sqrt(noise.size)
+
+
+def test_empty_batch_gives_pure_noise_under_one_trace():
+    model = models.mlp_model()
+    loss_fn = gp_loss_fn(model)
+    engine = engine_for(model, GP_SPEC, noise_multiplier=1.0)
+    step = tf.function(lambda x: engine.gradients(loss_fn, x)[0], input_signature=[tf.TensorSpec([None, 7])])
+    empty = step(tf.zeros([0, 7]))
+    assert np.std(ref.flat(empty)) == pytest.approx(0.5 / 10, rel=0.3)  # z C / B on 69 coordinates
+    assert np.all(np.isfinite(ref.flat(step(tf.random.normal([5, 7])))))
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_verify_refuses_a_loss_that_differs_as_a_batch_of_one():
+    """phi_i scaled by the realised batch size is local, but not the same loss for a batch of one."""
+    model = models.mlp_model()
+
+    def scaled(x, layout):
+        n = tf.cast(tf.shape(x)[0], tf.float32)
+        return LossTerms({"rec": n * tf.reduce_sum(tf.square(model(x)), 1), "reg": tf.zeros([tf.shape(x)[0]])})
+
+    x = tf.random.stateless_normal([6, 7], seed=[9, 10])
+    with pytest.raises(ConfigError, match="per-example clipping is not exact.*use clipping='vectorized'"):
+        engine_for(model, models.SAMPLE_ONLY).verify(scaled, x)
+    engine_for(model, models.SAMPLE_ONLY, clipping="vectorized").verify(scaled, x)
+
+
+def test_verify_refuses_cross_example_sample_terms():
+    model = models.mlp_model()
+
+    def coupled(x, layout):
+        z = model(x)
+        z = z - tf.reduce_mean(z, axis=0)   # like batch normalisation
+        return LossTerms({"rec": tf.reduce_sum(tf.square(z), axis=1), "reg": tf.zeros([tf.shape(x)[0]])})
+
+    with pytest.raises(ConfigError, match="depends on other examples"):
+        engine_for(model, models.SAMPLE_ONLY).verify(coupled, tf.random.normal([6, 7]))
+
+
+def test_unknown_clipping_names_the_options():
+    with pytest.raises(ConfigError, match="^--clipping: must be one of fast, vectorized, per_example, got 'vmap'"):
+        DPConfig(clipping="vmap")
