@@ -23,7 +23,7 @@ flags.DEFINE_float("epsilon", None, "Target epsilon: calibrates --noise_multipli
 flags.DEFINE_float("delta", None, "delta; must be < 1/N. Default: the power of ten below min(1/N, 1e-5).")
 flags.DEFINE_float("max_epsilon", None, "Hard budget: training stops before a step would exceed it.")
 flags.DEFINE_integer("max_batch_size", None, "micro with batch-wise terms: batches above this are skipped (bounds the sensitivity).")
-flags.DEFINE_string("clipping", "fast", "fast (ghost norms, per-layer rules) or vectorized (per-example Jacobians).")
+flags.DEFINE_string("clipping", "fast", "fast (ghost norms, per-layer rules), per_example (vectorized_map over examples; exact for second-order losses) or vectorized (per-example Jacobians).")
 flags.DEFINE_string("clipped_sum", "bookkeeping", "bookkeeping (from the first pass) or reweight (second backward pass).")
 flags.DEFINE_integer("latent_dim", None, "Latent dimension (default per dataset).")
 flags.DEFINE_float("beta", 1.0, "Weight of the per-example KL term.")
