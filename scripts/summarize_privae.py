@@ -24,6 +24,7 @@ SPARSITY_METRICS = (("hoyer_sparsity", "Hoyer sparsity"), ("log_likelihood", "te
 PINWHEEL_METRICS = (("cluster_purity", "latent cluster purity"), ("reconstruction_error", "reconstruction MSE"),
                     ("log_likelihood", "test log-likelihood (nats)"))
 METRICS = SPARSITY_METRICS
+PER_SEED = None  # pinwheel: also list cluster_purity run by run
 ORDER = ("vae", "vae_mmd", "privae", "privae_mmd", "micro_mmd", "batch_mmd", "kl", "kl_paper", "nokl")
 
 
@@ -52,8 +53,9 @@ def main(runs_dir: str, prefix: str) -> None:
     keys = sorted(groups, key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 99,
                                          float("inf") if k[1] == "inf" else float(k[1])))
     lines = ["| config | target ε | achieved ε | seeds | epochs | z (noise mult.) | z_eff | " +
-             " | ".join(label for _, label in METRICS) + " | train s/run |",
-             "|" + "---|" * (8 + len(METRICS))]
+             " | ".join(label for _, label in METRICS) + " | train s/run |" +
+             (f" {PER_SEED} per seed (seed: value) |" if PER_SEED else ""),
+             "|" + "---|" * (8 + len(METRICS) + bool(PER_SEED))]
     for key in keys:
         runs = groups[key]
         eps = [r["epsilon"] for r in runs]
@@ -62,6 +64,9 @@ def main(runs_dir: str, prefix: str) -> None:
                  f"{runs[0]['noise_multiplier']:.4g}", f"{runs[0]['effective_noise_multiplier']:.4g}"]
         cells += [fmt([r["metrics"].get(m) for r in runs]) for m, _ in METRICS]
         cells.append(fmt([r["metrics"].get("train_seconds") for r in runs]))
+        if PER_SEED:
+            per_seed = sorted((r.get("seed"), r["metrics"].get(PER_SEED)) for r in runs)
+            cells.append(", ".join(f"{s}: {v:.3f}" for s, v in per_seed if isinstance(v, (int, float))))
         lines.append("| " + " | ".join(cells) + " |")
     with open(prefix + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -94,4 +99,5 @@ def main(runs_dir: str, prefix: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 3 and sys.argv[3] == "pinwheel":
         METRICS = PINWHEEL_METRICS
+        PER_SEED = "cluster_purity"
     main(sys.argv[1], sys.argv[2])

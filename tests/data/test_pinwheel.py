@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tfpriv.data import load_dataset, make_pinwheel
-from tfpriv.data.pinwheel import derived_test_seed
+from tfpriv.data.pinwheel import check_scale, derived_test_seed, load_pinwheel
 from tfpriv.errors import UsageError
 
 
@@ -61,3 +61,23 @@ def test_load_pinwheel():
     other = load_dataset("pinwheel", seed=4)
     assert not np.allclose(other.x_train, ds.x_train) and not np.allclose(other.x_test, ds.x_test)
     np.testing.assert_array_equal(load_dataset("pinwheel", seed=3).x_test, ds.x_test)
+
+
+def test_scale_is_a_fixed_factor_of_the_generator():
+    p10, l10 = make_pinwheel(seed=5)
+    p1, l1 = make_pinwheel(seed=5, scale=1.0)
+    np.testing.assert_allclose(p1 * 10, p10, rtol=1e-5, atol=1e-5)   # same draw, divided by the known 10
+    np.testing.assert_array_equal(l1, l10)
+    radius = np.linalg.norm(p1, axis=1)
+    assert 0.95 < np.median(radius) < 1.05
+    ds = load_pinwheel(seed=3, scale=2.5)
+    np.testing.assert_allclose(ds.x_train, make_pinwheel(seed=3)[0] / 4, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ds.x_test, make_pinwheel(seed=derived_test_seed(3))[0] / 4, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "ten", None])
+def test_bad_scale_names_the_flag(bad):
+    with pytest.raises(UsageError, match="--pinwheel_scale"):
+        make_pinwheel(scale=bad)
+    with pytest.raises(UsageError, match="--pinwheel_scale"):
+        check_scale(bad)

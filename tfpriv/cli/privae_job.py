@@ -10,8 +10,10 @@ import tensorflow as tf
 from absl import flags
 
 from tfpriv.data import load_dataset
+from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
+from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.models.architectures import build_architecture
+from tfpriv.models.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.evaluation import encode_all, evaluate_vae
 from tfpriv.models.plots import image_grid, pinwheel_figure
@@ -25,6 +27,11 @@ flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-
 flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
 flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
 flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
+flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
+                    "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
+flags.DEFINE_float("pinwheel_scale", PINWHEEL_SCALE,
+                   "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius ~1). "
+                   "A fixed constant of the generator, not computed from the data.")
 flags.DEFINE_string("likelihood", "auto", "p(x|z): auto, bernoulli (data in [0,1]) or gaussian.")
 flags.DEFINE_float("obs_std", 1.0, "Std of the Gaussian likelihood.")
 flags.DEFINE_float("prior_sigma", 0.03, "Component std of the mixture prior.")
@@ -64,7 +71,9 @@ def build_vae(dataset, latent_dim: int) -> VAE:
         kwargs.update(gamma=FLAGS.prior_gamma, sigma0_sq=FLAGS.prior_sigma0_sq)
     prior = make_prior(FLAGS.prior, latent_dim, **kwargs)
     regularizer = make_divergence(FLAGS.regularizer)
-    encoder, decoder = build_architecture(arch, shape, latent_dim)
+    if arch != "pinwheel" and FLAGS["pinwheel_hidden"].present:
+        raise ConfigError(f"--pinwheel_hidden: only applies to --architecture=pinwheel, got --architecture={arch}")
+    encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=FLAGS.pinwheel_hidden)
     alpha = FLAGS.alpha if regularizer is not None else 0.0
     return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=FLAGS.beta, alpha=alpha,
                regularizer=regularizer, num_samples=FLAGS.num_samples_L, obs_std=FLAGS.obs_std)
@@ -76,7 +85,13 @@ def run(output_dir: str) -> dict:
     for flag in ("eval_importance_samples", "num_samples_L"):
         if getattr(FLAGS, flag) < 1:
             raise UsageError(f"--{flag}: must be >= 1, got {getattr(FLAGS, flag)}")
-    dataset = load_dataset(FLAGS.dataset, FLAGS.data_dir, seed=FLAGS.seed or 0)
+    parse_hidden(FLAGS.pinwheel_hidden)  # fail before loading data or planning privacy
+    if FLAGS.dataset == "pinwheel":
+        dataset = load_pinwheel(FLAGS.data_dir, seed=FLAGS.seed or 0, scale=check_scale(FLAGS.pinwheel_scale))
+    elif FLAGS["pinwheel_scale"].present:
+        raise UsageError(f"--pinwheel_scale: only applies to --dataset=pinwheel, got --dataset={FLAGS.dataset}")
+    else:
+        dataset = load_dataset(FLAGS.dataset, FLAGS.data_dir, seed=FLAGS.seed or 0)
     latent_dim = FLAGS.latent_dim or DEFAULT_LATENT.get(dataset.name, 16)
     vae = build_vae(dataset, latent_dim)
     aggregation = FLAGS.aggregation
@@ -108,12 +123,20 @@ def run(output_dir: str) -> dict:
         "epsilon": fit["epsilon"], "steps": fit["steps"], "epochs": fit["epochs_completed"],
         "planned_epochs": plan.epochs, "resumed": fit["resumed"], "budget_reached": fit["budget_reached"],
         "prior": FLAGS.prior, "regularizer": FLAGS.regularizer, "alpha": vae.alpha, "beta": vae.beta,
-        "latent_dim": latent_dim, "num_samples_L": vae.num_samples, "optimizer": FLAGS.optimizer,
+        "latent_dim": latent_dim, **_pinwheel_settings(dataset, vae), "num_samples_L": vae.num_samples, "optimizer": FLAGS.optimizer,
         "learning_rate": FLAGS.learning_rate, "seed": FLAGS.seed, "metrics": metrics,
         "history": fit["history"],
     }
     write_results(output_dir, results)
     return results
+
+
+def _pinwheel_settings(dataset, vae: VAE) -> dict:
+    if dataset.name != "pinwheel":
+        return {}
+    return {"pinwheel_scale": float(FLAGS.pinwheel_scale),
+            "num_parameters": int(vae.encoder.count_params() + vae.decoder.count_params()),
+            "pinwheel_hidden": list(parse_hidden(FLAGS.pinwheel_hidden))}
 
 
 def _figures(vae: VAE, dataset, output_dir: str) -> None:

@@ -59,10 +59,33 @@ def mlp_decoder(latent_dim: int, output_shape: Sequence[int], hidden: Sequence[i
 
 
 ARCHITECTURES = ("conv", "mlp", "pinwheel")
+PINWHEEL_HIDDEN = (64, 64)
 
 
-def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int) -> tuple[tf.keras.Model, tf.keras.Model]:
-    """(encoder, decoder) by name: `conv` (28x28 images), `mlp` (anything), `pinwheel` (small FC)."""
+def parse_hidden(spec) -> tuple[int, ...]:
+    """`--pinwheel_hidden` ("64,64", "16", or a sequence of ints) as a tuple of positive widths."""
+    if isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(",")]
+        if not spec.strip() or any(not p for p in parts):
+            raise ConfigError(f"--pinwheel_hidden: must be comma-separated positive integers, got {spec!r}")
+        try:
+            widths = tuple(int(p) for p in parts)
+        except ValueError:
+            raise ConfigError(f"--pinwheel_hidden: must be comma-separated positive integers, got {spec!r}") from None
+    else:
+        try:
+            widths = tuple(int(w) for w in spec)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--pinwheel_hidden: must be positive integers, got {spec!r}") from None
+    if not widths or any(w < 1 for w in widths):
+        raise ConfigError(f"--pinwheel_hidden: needs at least one layer, every width >= 1, got {spec!r}")
+    return widths
+
+
+def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int,
+                       pinwheel_hidden=PINWHEEL_HIDDEN) -> tuple[tf.keras.Model, tf.keras.Model]:
+    """(encoder, decoder) by name: `conv` (28x28 images), `mlp` (anything), `pinwheel` (small
+    tanh FC nets; `pinwheel_hidden` are the encoder's hidden widths, mirrored in the decoder)."""
     input_shape = tuple(int(d) for d in input_shape)
     if name == "conv":
         if input_shape[:2] != (28, 28):
@@ -71,6 +94,7 @@ def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int) -
     if name == "mlp":
         return mlp_encoder(input_shape, latent_dim), mlp_decoder(latent_dim, input_shape)
     if name == "pinwheel":
-        return (mlp_encoder(input_shape, latent_dim, hidden=(64, 64), activation="tanh"),
-                mlp_decoder(latent_dim, input_shape, hidden=(64, 64), activation="tanh"))
+        hidden = parse_hidden(pinwheel_hidden)
+        return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
+                mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
     raise ConfigError(f"--architecture: must be one of {', '.join(ARCHITECTURES)}, got {name!r}")
