@@ -14,41 +14,48 @@ import os
 import sys
 
 
-def load_curve(run_dir: str) -> tuple[list[float], list[float], dict | None]:
-    """(epsilons, inception scores) from progress.json, and results.json if the run finished."""
+def load_curve(run_dir: str) -> tuple[list[float], list[float], list[int], dict | None]:
+    """(epsilons, inception scores, critic steps) from progress.json, and results.json if finished."""
     with open(os.path.join(run_dir, "progress.json")) as f:
         records = json.load(f)
-    eps = [float(r["epsilon"]) if r["epsilon"] not in ("inf", None) else math.inf for r in records]
+    eps = [float(r["epsilon"]) if r["epsilon"] not in ("inf", "Infinity", None) else math.inf for r in records]
     scores = [float(r["inception_score"]) for r in records]
+    steps = [int(r["critic_steps"]) for r in records]
     results = None
     path = os.path.join(run_dir, "results.json")
     if os.path.isfile(path):
         with open(path) as f:
             results = json.load(f)
-    return eps, scores, results
+    return eps, scores, steps, results
 
 
 def plot_is_vs_epsilon(runs: dict[str, str], path: str, title: str = "") -> str:
+    """Left: IS against epsilon (stars: final 10,000-sample scores); right: IS against critic steps."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.0, 3.6))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.6))
     for label, run_dir in runs.items():
-        eps, scores, results = load_curve(run_dir)
+        eps, scores, steps, results = load_curve(run_dir)
+        final = results["metrics"].get("inception_score") if results else None
         if all(math.isinf(e) for e in eps):
-            ax.axhline(max(scores), ls="--", color="gray", label=f"{label} (non-private, best)")
+            (line,) = ax2.plot(steps, scores, ls="--", color="gray", label=label)
+            ax.axhline(max(scores), ls="--", color="gray", label=f"{label} (best)")
             continue
         (line,) = ax.plot(eps, scores, marker=".", label=label)
-        if results is not None and "inception_score" in results.get("metrics", {}):
-            ax.plot([float(results["epsilon"])], [results["metrics"]["inception_score"]], marker="*",
-                    ms=10, color=line.get_color())
+        ax2.plot(steps, scores, marker=".", color=line.get_color(), label=label)
+        if final is not None:
+            ax.plot([float(results["epsilon"])], [final], marker="*", ms=10, color=line.get_color())
+            ax2.plot([steps[-1]], [final], marker="*", ms=10, color=line.get_color())
     ax.set_xlabel("epsilon (delta = 1e-5)")
-    ax.set_ylabel("inception score")
-    if title:
-        ax.set_title(title, fontsize=9)
+    ax2.set_xlabel("critic steps")
+    for a in (ax, ax2):
+        a.set_ylabel("inception score")
+        a.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=9)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -60,7 +67,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out, title, pairs = argv[0], argv[1], argv[2:]
-    runs = dict(p.split("=", 1) for p in pairs)
+    runs = dict(p.rsplit("=", 1) for p in pairs)  # labels may contain "="
     print(plot_is_vs_epsilon(runs, out, title))
     return 0
 
