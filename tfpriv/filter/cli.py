@@ -2,15 +2,23 @@
 
 Filter-only flags are defined here at import time; the common flags (--dataset, --data_dir,
 --seed, --latent_dim, --beta, ...) belong to train.py and are read if defined.
+
+Stage 1 is non-private unless `--aggregation=micro` (DP-SGD) or `batch` is given; then the VAE
+is trained by the project's `plan_privacy`/`fit_private` with the common DP flags
+(`--l2_norm_clip`, `--noise_multiplier` or `--epsilon`, `--delta`, `--sampling`, `--max_epsilon`)
+and the filter's `--vae_batch_size` (expected Poisson batch size) and `--vae_epochs`; the run's
+top-level epsilon/delta are that VAE's guarantee (see `PRIVACY_SCOPE`).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import shutil
 import time
 
 import numpy as np
+import tensorflow as tf
 from absl import flags, logging
 
 from tfpriv.errors import UsageError
@@ -125,10 +133,7 @@ def validate_flags() -> dict:
         raise UsageError("--dataset: required for --model=filter")
     if dataset not in DEFAULT_TASKS:
         raise UsageError(f"--dataset: the filter supports {', '.join(DEFAULT_TASKS)}, got {dataset!r}")
-    if "aggregation" in _COMMON_OVERRIDES or ("aggregation" in FLAGS and FLAGS["aggregation"].present):
-        aggregation = _common("aggregation", "none")
-        if aggregation != "none":
-            raise UsageError(f"--aggregation: the filter's stage-1 VAE is trained non-privately; use none, got {aggregation!r}")
+    stage1_dp = _stage1_dp_flags()
     if FLAGS.adversary_objective not in ("ce", "confusion"):
         raise UsageError(f"--adversary_objective: must be ce or confusion, got {FLAGS.adversary_objective!r}")
     if not 0.0 <= FLAGS.filter_ema < 1.0:
@@ -147,7 +152,52 @@ def validate_flags() -> dict:
         if FLAGS.num_users > FLAGS.filter_num_parts:
             raise UsageError(f"--num_users: must be <= --filter_num_parts={FLAGS.filter_num_parts}, got {FLAGS.num_users}")
         users = [User(*s.split(":")) for s in specs]
-    return {"budgets": budgets, "dataset": dataset, "users": users}
+    return {"budgets": budgets, "dataset": dataset, "users": users, "stage1_dp": stage1_dp}
+
+
+STAGE1_AGGREGATIONS = ("none", "micro", "batch")
+_DP_ONLY_FLAGS = ("epsilon", "max_epsilon", "noise_multiplier", "l2_norm_clip", "delta")
+
+
+def _given(name: str) -> bool:
+    """Whether a common flag was set (on the command line / flag file, or in `run(common=...)`)."""
+    return name in _COMMON_OVERRIDES or (name in FLAGS and FLAGS[name].present > 0)
+
+
+def _stage1_dp_flags() -> dict | None:
+    """The stage-1 VAE's DP settings from the common flags, or None for a non-private stage 1.
+
+    `--aggregation` is `none` unless given (train.py's default, termwise, is PriVAE's). Allowed:
+    micro (DP-SGD: per-example clip of the whole per-example ELBO, sensitivity 1) and batch (the
+    batch's gradient clipped as one group, sensitivity 2). termwise is refused: the stage-1 VAE
+    has no batch-wise term, so it would be micro under another name. The robust-decoder term is
+    per-example (its z' and t are drawn per example), so it is allowed; the engine checks on the
+    first batch that every per-example term depends on its own example only."""
+    from tfpriv.privacy.config import DPConfig
+    aggregation = _common("aggregation", "none") if _given("aggregation") else "none"
+    if aggregation == "termwise":
+        raise UsageError("--aggregation: termwise needs a batch-wise term and the filter's stage-1 VAE has none "
+                         "(it would be micro); use micro, batch or none")
+    if aggregation not in STAGE1_AGGREGATIONS:
+        raise UsageError(f"--aggregation: the filter's stage-1 VAE supports {', '.join(STAGE1_AGGREGATIONS)}, "
+                         f"got {aggregation!r}")
+    if aggregation == "none":
+        for name in _DP_ONLY_FLAGS:
+            if _given(name):
+                raise UsageError(f"--{name}: only applies to a private stage-1 VAE (--aggregation=micro or batch), "
+                                 "got --aggregation=none")
+        return None
+    if FLAGS.vae_epochs < 1:
+        raise UsageError(f"--vae_epochs: must be >= 1 for a private stage-1 VAE, got {FLAGS.vae_epochs}")
+    seed = _common("seed", None)
+    config = DPConfig(aggregation=aggregation, l2_norm_clip=float(_common("l2_norm_clip", 1.0)),
+                      noise_multiplier=float(_common("noise_multiplier", 3.5)), batch_clip=0.0, num_partitions=1,
+                      clipping=_common("clipping", "fast"), clipped_sum=_common("clipped_sum", "bookkeeping"),
+                      seed=None if seed is None else int(seed))  # raises ConfigError (a UsageError) on bad values
+    target = _common("epsilon", None) if _given("epsilon") else None
+    return {"config": config, "sampling": _common("sampling", "poisson"), "delta": _common("delta", None),
+            "target_epsilon": None if target is None else float(target),
+            "max_epsilon": _common("max_epsilon", None), "sampling_seed": None if seed is None else int(seed)}
 
 
 def _labels(ds, dataset: str):
@@ -170,7 +220,7 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     _COMMON_OVERRIDES.clear()
     _COMMON_OVERRIDES.update(common or {})
     from tfpriv.data import load_dataset
-    from tfpriv.filter.stage1 import train_stage1
+    from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
     from tfpriv.training.results import write_results
 
     checked = validate_flags()
@@ -181,8 +231,29 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     t_start = time.time()
 
     latent_dim = _common("latent_dim", None) or LATENT_DIMS[dataset]
-    stage1 = train_stage1(ds, latent_dim, FLAGS.vae_epochs, FLAGS.vae_batch_size, FLAGS.vae_learning_rate,
-                          beta=float(_common("beta", 1.0)), robust_decoder=FLAGS.robust_decoder, seed=seed)
+    beta = float(_common("beta", 1.0))
+    vae, plan, dp = None, None, checked["stage1_dp"]
+    if dp is not None:  # plan (and refuse) before anything is trained or written
+        tf.random.set_seed(seed)
+        vae, _ = build_stage1_vae(ds, latent_dim, beta, FLAGS.robust_decoder)
+        plan = plan_stage1_privacy(vae, dp["config"], len(ds.x_train), FLAGS.vae_batch_size, FLAGS.vae_epochs,
+                                   dp["sampling"], dp["delta"], dp["target_epsilon"], dp["max_epsilon"])
+    existed = os.path.exists(output_dir)
+    if plan is not None:
+        os.makedirs(output_dir, exist_ok=True)
+        with open(os.path.join(output_dir, "privacy_plan.json"), "w") as f:
+            json.dump({**plan.summary(), "planned_steps": plan.planned_steps, "privacy_scope": PRIVACY_SCOPE},
+                      f, indent=2, default=str)
+    try:
+        stage1 = train_stage1(ds, latent_dim, FLAGS.vae_epochs, FLAGS.vae_batch_size, FLAGS.vae_learning_rate,
+                              beta=beta, robust_decoder=FLAGS.robust_decoder, seed=seed, plan=plan, vae=vae,
+                              checkpoint_dir=os.path.join(output_dir, "stage1") if plan else None,
+                              sampling_seed=dp["sampling_seed"] if dp else None,
+                              verbose=int(_common("verbose", 0)) if plan else 0)
+    except UsageError:  # e.g. the engine's first-batch check: leave no half-written run behind
+        if not existed:
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
     codes_train, _ = stage1.encode(ds.x_train)
     codes_test, _ = stage1.encode(ds.x_test)
     precision = estimate_precision(codes_train)
@@ -200,9 +271,8 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     logging.info("raw codes: %s", raw)
     info = {k: v for k, v in stage1.info.items() if k != "vae"}
     results = {
-        "model": "filter", "dataset": dataset, "aggregation": "none", "epsilon": float("inf"), "delta": None,
-        "noise_multiplier": 0.0, "effective_noise_multiplier": 0.0, "sampling_rate": None,
-        "steps": info["steps"], "epochs": FLAGS.vae_epochs, "stage1": info, "labels": names,
+        "model": "filter", "dataset": dataset, **_stage1_privacy_record(info),
+        "epochs": FLAGS.vae_epochs, "stage1": info, "labels": names,
         "num_classes": ncls, "latent_source": "encoder mean", "covariance": "empirical covariance of training codes",
         "raw_metrics": raw, "filter_config": dataclasses.asdict(cfg), "metrics_source": _metrics_source(),
     }
@@ -245,6 +315,26 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     results["wall_seconds"] = time.time() - t_start
     write_results(output_dir, results)
     return results
+
+
+PRIVACY_SCOPE = (
+    "epsilon/delta: record-level (add-or-remove-one) DP of the stage-1 VAE's weights with respect to the "
+    "training examples it was fitted on (RDP accountant, Poisson-sampled Gaussian). Not covered: the "
+    "per-user stage 2 (each user's filter is fitted on that user's own codes; its label-change RDP is "
+    "filter_rdp / filter_epsilon), the stage-3 evaluation, and the data loader's preprocessing "
+    "(standardisation statistics and one-hot categories computed from the training split).")
+
+
+def _stage1_privacy_record(info: dict) -> dict:
+    """Top-level privacy keys of results.json: the stage-1 VAE's guarantee (inf when non-private)."""
+    p = info.get("privacy")
+    if not p:
+        return {"aggregation": "none", "epsilon": float("inf"), "delta": None, "noise_multiplier": 0.0,
+                "effective_noise_multiplier": 0.0, "sampling_rate": None, "steps": info["steps"]}
+    return {"aggregation": p["aggregation"], "epsilon": p["epsilon"], "delta": p["delta"],
+            "noise_multiplier": p["noise_multiplier"], "effective_noise_multiplier": p["effective_noise_multiplier"],
+            "sampling_rate": p["sampling_rate"], "sampling": p["sampling"], "l2_norm_clip": p["l2_norm_clip"],
+            "target_epsilon": p["target_epsilon"], "steps": p["steps"], "privacy_scope": PRIVACY_SCOPE}
 
 
 def sample(output_dir: str) -> dict:

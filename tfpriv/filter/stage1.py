@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
+import tempfile
 import time
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.errors import ConfigError
 from tfpriv.filter.architectures import build_vae_networks, make_lipschitz_decoder_term
+from tfpriv.privacy.config import DPConfig
 
 
 @dataclasses.dataclass
@@ -81,25 +85,89 @@ def _vae_class():
         return _MinimalVAE, "tfpriv.filter.stage1._MinimalVAE (fallback)"
 
 
-def train_stage1(dataset, latent_dim: int | None = None, epochs: int = 10, batch_size: int = 128,
-                 learning_rate: float = 1e-3, beta: float = 1.0, robust_decoder: float = 0.0,
-                 dp=None, seed: int = 0, force_minimal: bool = False) -> Stage1:
-    """Trains the VAE on dataset.x_train (non-private unless `dp` is a DPConfig) and freezes it.
-
-    robust_decoder > 0 adds the eq.-14 Lipschitz decoder term with that weight."""
-    tf.random.set_seed(seed)
+def build_stage1_vae(dataset, latent_dim: int | None = None, beta: float = 1.0, robust_decoder: float = 0.0,
+                     force_minimal: bool = False):
+    """(vae, implementation name): the stage-1 VAE for `dataset`, untrained."""
     encoder, decoder = build_vae_networks(dataset.name, dataset.x_train.shape[1:], latent_dim)
     cls, impl = (_MinimalVAE, "tfpriv.filter.stage1._MinimalVAE (fallback)") if force_minimal else _vae_class()
     extra = {"lipschitz_decoder": make_lipschitz_decoder_term(robust_decoder)} if robust_decoder > 0 else None
-    vae = cls(encoder, decoder, likelihood=dataset.likelihood, beta=beta, extra_sample_terms=extra)
-    if cls is _MinimalVAE:
-        vae.compile(optimizer=tf.keras.optimizers.Adam(learning_rate))
+    return cls(encoder, decoder, likelihood=dataset.likelihood, beta=beta, extra_sample_terms=extra), impl
+
+
+def plan_stage1_privacy(vae, dp: DPConfig, num_examples: int, batch_size: int, epochs: int,
+                        sampling: str = "poisson", delta: float | None = None,
+                        target_epsilon: float | None = None, max_epsilon: float | None = None):
+    """The project's `plan_privacy` for the stage-1 VAE, with the filter's flag names in errors.
+
+    Everything (delta default and range, noise calibration for a target epsilon, the mode's
+    sensitivity) comes from `tfpriv.training.runner.plan_privacy`; only the messages of the
+    two flags the filter names differently (--vae_batch_size, --vae_epochs) are renamed."""
+    from tfpriv.training.runner import plan_privacy
+    if isinstance(vae, _MinimalVAE) or not hasattr(vae, "term_spec"):
+        raise ConfigError("--aggregation: a private stage 1 needs tfpriv.models.vae.VAE (the DP engine's model), "
+                          "not the fallback VAE")
+    try:
+        return plan_privacy(dp, vae.term_spec(), num_examples, batch_size, epochs, sampling, delta,
+                            target_epsilon, max_epsilon)
+    except ConfigError as exc:
+        msg = str(exc)
+        for common, own in (("--batch_size:", "--vae_batch_size:"), ("--epochs:", "--vae_epochs:")):
+            if msg.startswith(common):
+                msg = own + msg[len(common):]
+        raise ConfigError(msg) from None
+
+
+def train_stage1(dataset, latent_dim: int | None = None, epochs: int = 10, batch_size: int = 128,
+                 learning_rate: float = 1e-3, beta: float = 1.0, robust_decoder: float = 0.0,
+                 dp=None, seed: int = 0, force_minimal: bool = False, plan=None, vae=None,
+                 checkpoint_dir: str | None = None, sampling_seed: int | None = None, verbose: int = 0) -> Stage1:
+    """Trains the VAE on dataset.x_train and freezes it.
+
+    Non-private unless `dp` is a private DPConfig or `plan` a `PrivacyPlan` (from
+    `plan_stage1_privacy`). The private path is the project's `fit_private`: Poisson (or
+    shuffled) batches of expected size `batch_size`, the DP engine's clipping and noise,
+    the RDP ledger; `info["privacy"]` holds the plan's summary and the spent epsilon.
+    `checkpoint_dir` receives fit_private's checkpoints/logs (a temporary folder if None);
+    `sampling_seed` seeds the batch sampling and `DPConfig.seed` the noise (None: from the OS,
+    as a real release needs).
+    robust_decoder > 0 adds the eq.-14 Lipschitz decoder term with that weight."""
+    tf.random.set_seed(seed)
+    if vae is None:
+        vae, impl = build_stage1_vae(dataset, latent_dim, beta, robust_decoder, force_minimal)
     else:
-        vae.compile(optimizer=tf.keras.optimizers.Adam(learning_rate), dp=dp)
+        impl = "tfpriv.filter.stage1._MinimalVAE (fallback)" if isinstance(vae, _MinimalVAE) else "tfpriv.models.vae.VAE"
+    if plan is None and dp is not None and dp.private:
+        plan = plan_stage1_privacy(vae, dp, len(dataset.x_train), batch_size, epochs)
+    privacy = None
     t0 = time.time()
-    hist = vae.fit(np.asarray(dataset.x_train), batch_size=batch_size, epochs=epochs, verbose=0, shuffle=True)
+    if plan is not None and plan.config.private:
+        from tfpriv.training.runner import fit_private
+        if plan.batch_size != batch_size or plan.epochs != epochs:
+            raise ConfigError(f"stage 1: the privacy plan is for batch size {plan.batch_size} and {plan.epochs} epochs, "
+                              f"training asked for {batch_size} and {epochs}")
+        owned = checkpoint_dir is None
+        ckpt = tempfile.mkdtemp(prefix="filter_stage1_") if owned else checkpoint_dir
+        try:
+            fit = fit_private(vae, np.asarray(dataset.x_train, np.float32), plan,
+                              tf.keras.optimizers.Adam(learning_rate), ckpt, seed=sampling_seed, verbose=verbose)
+        finally:
+            if owned:
+                shutil.rmtree(ckpt, ignore_errors=True)
+        losses, steps = fit["history"], fit["steps"]
+        privacy = {**plan.summary(), "epsilon": fit["epsilon"], "steps": steps,
+                   "planned_steps": plan.planned_steps, "epochs_completed": fit["epochs_completed"],
+                   "resumed": fit["resumed"], "budget_reached": fit["budget_reached"],
+                   "accountant": "RDP (dp_accounting), Poisson-sampled Gaussian, add-or-remove-one adjacency",
+                   "ledger_segments": [list(s) for s in vae.ledger.segments()]}
+    else:
+        if isinstance(vae, _MinimalVAE):
+            vae.compile(optimizer=tf.keras.optimizers.Adam(learning_rate))
+        else:
+            vae.compile(optimizer=tf.keras.optimizers.Adam(learning_rate), dp=dp)
+        hist = vae.fit(np.asarray(dataset.x_train), batch_size=batch_size, epochs=epochs, verbose=0, shuffle=True)
+        losses = {k: [float(v) for v in vals] for k, vals in hist.history.items()}
+        steps = epochs * math.ceil(len(dataset.x_train) / batch_size)
     seconds = time.time() - t0
-    losses = {k: [float(v) for v in vals] for k, vals in hist.history.items()}
     vae.trainable = False
 
     def encode(x, chunk: int = 4096):
@@ -112,9 +180,8 @@ def train_stage1(dataset, latent_dim: int | None = None, epochs: int = 10, batch
     def decode(z):
         return np.asarray(vae.decode(tf.convert_to_tensor(np.asarray(z, np.float32))))
 
-    n = len(dataset.x_train)
     info = {"implementation": impl, "epochs": epochs, "batch_size": batch_size,
-            "learning_rate": learning_rate, "beta": beta, "latent_dim": int(encoder.output.shape[-1]) // 2,
+            "learning_rate": learning_rate, "beta": beta, "latent_dim": int(vae.encoder.output.shape[-1]) // 2,
             "robust_decoder": robust_decoder, "seconds": seconds, "history": losses,
-            "steps": epochs * math.ceil(n / batch_size), "private": dp is not None, "vae": vae}
+            "steps": steps, "private": privacy is not None, "privacy": privacy, "vae": vae}
     return Stage1(encode, decode, info)
