@@ -4,6 +4,10 @@ Uses the project's `tfpriv.models.vae.VAE` when it exists; otherwise a minimal p
 (`_MinimalVAE`: reparameterised ELBO with Bernoulli logits or unit-variance Gaussian likelihood,
 β-weighted KL, optional per-example extra terms) so the filter can run before that class lands.
 Stages 2-3 only see the returned callables, so any encoder works.
+
+DP stage 1 (issue 5: the VAE trained on users' data by an aggregator): `plan_stage1_privacy`
+is the project's `plan_privacy` and the private training is `fit_private`, so clipping, noise,
+Poisson sampling and the RDP accounting are the engine's; no accounting lives here.
 """
 from __future__ import annotations
 
