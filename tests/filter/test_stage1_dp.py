@@ -144,3 +144,14 @@ def test_train_py_exits_2_with_one_line_and_no_output_dir(tmp_path, data_dir, ar
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and flag in lines[0], proc.stderr[-2000:]
     assert not out.exists()
+
+
+def test_batch_aggregation_is_accounted_with_sensitivity_two():
+    ds = _tiny_tabular()
+    vae, _ = build_stage1_vae(ds, 4)
+    plan = plan_stage1_privacy(vae, DPConfig(aggregation="batch", noise_multiplier=3.0, num_partitions=1, seed=0),
+                               240, 40, 1, delta=1e-3)
+    assert plan.config.sensitivity(False) == 2.0 and plan.effective_noise_multiplier == pytest.approx(1.5)
+    st = train_stage1(ds, 4, epochs=1, batch_size=40, plan=plan, vae=vae, sampling_seed=0)
+    assert st.info["vae"].engine.config.aggregation == "batch"
+    assert st.info["privacy"]["epsilon"] == pytest.approx(epsilon_for([(40 / 240, 1.5, 6)], 1e-3))
