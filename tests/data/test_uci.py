@@ -113,3 +113,178 @@ def test_uci_corrupt_and_missing(data_dir, tmp_path):
     target.write_bytes((data_dir / "abalone/abalone.data").read_bytes().replace(b"M,", b"F,", 1))
     with pytest.raises(DataError, match=f"^{target}: md5 mismatch"):
         load_dataset("abalone", tmp_path)
+
+
+# --- feature scaling: "public" (data-independent) vs "train" (train statistics, not private) ---
+
+
+def _adult_names_schema(path):
+    """{attribute: [values]} of the `name: v1, v2, ... .` lines of adult.names."""
+    schema = {}
+    for line in open(path, encoding="ascii"):
+        line = line.strip()
+        if line.startswith("|") or ":" not in line:
+            continue
+        name, values = line.split(":", 1)
+        schema[name.strip()] = [v.strip() for v in values.strip().rstrip(".").split(",")]
+    return schema
+
+
+def test_adult_category_lists_match_adult_names(data_dir):
+    schema = _adult_names_schema(data_dir / "adult/adult.names")
+    assert list(schema) == list(uci.ADULT_COLUMNS[:-1])  # the 14 attributes, in order (income is the class)
+    for name in uci.ADULT_COLUMNS[:-1]:
+        if name in uci.ADULT_CONTINUOUS or name in uci.ADULT_DROPPED:
+            assert schema[name] == ["continuous"], name
+        else:
+            assert list(uci.ADULT_CATEGORIES[name]) == schema[name], name
+    assert set(uci.ADULT_CATEGORIES) | set(uci.ADULT_CONTINUOUS) | {"fnlwgt"} == set(uci.ADULT_COLUMNS[:-1])
+    assert len(uci.ADULT_CATEGORIES["education"]) == 16  # education-num's public range [1, 16]
+
+
+def test_abalone_published_statistics_match_abalone_names(data_dir):
+    text = (data_dir / "abalone/abalone.names").read_text(encoding="ascii")
+    rows = {}
+    for line in text[text.index("Statistics for numeric domains"):].splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] in ("Min", "Max", "Mean", "SD"):
+            rows[fields[0]] = [float(v) for v in fields[1:]]
+    assert rows["Mean"][:7] == list(uci.ABALONE_PUBLISHED_MEAN)
+    assert rows["SD"][:7] == list(uci.ABALONE_PUBLISHED_SD)
+    assert rows["Min"][:7] == list(uci.ABALONE_PUBLISHED_MIN)
+    assert rows["Max"][:7] == list(uci.ABALONE_PUBLISHED_MAX)
+    assert rows["Max"][7] == uci.ABALONE_PUBLISHED_MAX_RINGS
+
+
+@pytest.fixture(scope="module")
+def adult_public(data_dir):
+    return load_dataset("adult", data_dir, feature_scaling="public")
+
+
+def test_adult_public_values_in_documented_ranges(data_dir, adult_public):
+    names = adult_public.feature_names
+    assert len(names) == 102  # 5 continuous + the 97 categories of the schema (sex is a label)
+    assert "workclass=Never-worked" in names  # in the schema, in no complete record
+    for x in (adult_public.x_train, adult_public.x_test):
+        assert x.min() >= 0.0 and x.max() <= 1.0
+        for column in uci.ADULT_CATEGORIES:
+            block = [i for i, n in enumerate(names) if n.startswith(column + "=")]
+            if column != "sex":
+                np.testing.assert_array_equal(x[:, block].sum(1), 1)
+    rows = [r for r in _csv_rows(data_dir / "adult/adult.data") if "?" not in r]
+    raw = {c: np.array([float(r[uci.ADULT_COLUMNS.index(c)]) for r in rows]) for c in uci.ADULT_CONTINUOUS}
+    x = adult_public.x_train
+    np.testing.assert_allclose(x[:, names.index("age")], raw["age"] / 100, rtol=1e-6)
+    np.testing.assert_allclose(x[:, names.index("education-num")], (raw["education-num"] - 1) / 15, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(x[:, names.index("hours-per-week")], raw["hours-per-week"] / 99, rtol=1e-6)
+    for c in ("capital-gain", "capital-loss"):
+        np.testing.assert_allclose(x[:, names.index(c)], np.log1p(raw[c]) / np.log1p(99999), rtol=1e-6)
+    assert x[:, names.index("capital-gain")].max() == pytest.approx(1.0)  # the top-coded 99999s
+    assert adult_public.labels_train["income"].tolist() == load_dataset("adult", data_dir).labels_train["income"].tolist()
+
+
+def test_adult_public_clips_to_the_public_ranges():
+    cols = {c: ["Private"] for c in uci.ADULT_COLUMNS}
+    cols.update({"workclass": ["Private"], "education": ["HS-grad"], "marital-status": ["Divorced"],
+                 "occupation": ["Sales"], "relationship": ["Wife"], "race": ["White"], "sex": ["Female"],
+                 "native-country": ["Peru"], "fnlwgt": ["1"], "income": ["<=50K"],
+                 "age": ["130"], "education-num": ["0"], "capital-gain": ["250000"], "capital-loss": ["-5"],
+                 "hours-per-week": ["168"]})
+    x, _, names = uci.adult_features(cols, cols, "public")
+    got = {c: x[0, names.index(c)] for c in uci.ADULT_CONTINUOUS}
+    assert got == {"age": 1.0, "education-num": 0.0, "capital-gain": 1.0, "capital-loss": 0.0, "hours-per-week": 1.0}
+    cols["native-country"] = ["Atlantis"]
+    with pytest.raises(DataError, match="'Atlantis' is not in the public schema"):
+        uci.adult_features(cols, cols, "public")
+
+
+def _without(cols, i):
+    return {c: v[:i] + v[i + 1:] for c, v in cols.items()}
+
+
+def test_adult_public_scaling_does_not_depend_on_the_training_records(data_dir):
+    train_cols, test_cols, _, _ = uci.adult_columns(data_dir)
+    x_tr, x_te, names = uci.adult_features(train_cols, test_cols, "public")
+    # Remove a record: every other record's row is unchanged, bit for bit.
+    removed_tr, removed_te, removed_names = uci.adult_features(_without(train_cols, 5), test_cols, "public")
+    assert removed_names == names
+    np.testing.assert_array_equal(removed_tr, np.delete(x_tr, 5, axis=0))
+    np.testing.assert_array_equal(removed_te, x_te)
+    # Perturb a record to extremes (and to the only record of a category): others unchanged.
+    perturbed = {c: list(v) for c, v in train_cols.items()}
+    for c, v in {"age": "17", "capital-gain": "99999", "capital-loss": "4356", "hours-per-week": "99",
+                 "native-country": "Holand-Netherlands", "workclass": "Never-worked"}.items():
+        perturbed[c][7] = v
+    p_tr, p_te, p_names = uci.adult_features(perturbed, test_cols, "public")
+    assert p_names == names
+    np.testing.assert_array_equal(np.delete(p_tr, 7, axis=0), np.delete(x_tr, 7, axis=0))
+    np.testing.assert_array_equal(p_te, x_te)
+    # The same edits change the train-statistics transform of other records (what public avoids).
+    t_tr, _, _ = uci.adult_features(train_cols, test_cols, "train")
+    tp_tr, _, tp_names = uci.adult_features(perturbed, test_cols, "train")
+    assert len(tp_names) != t_tr.shape[1] or not np.array_equal(np.delete(tp_tr, 7, axis=0), np.delete(t_tr, 7, axis=0))
+
+
+def test_abalone_public_scaling(data_dir):
+    public = load_dataset("abalone", data_dir, feature_scaling="public")
+    features, sex, rings = uci.abalone_table(data_dir)
+    train, test = uci.abalone_split(sex, rings)
+    mean, sd = np.array(uci.ABALONE_PUBLISHED_MEAN), np.array(uci.ABALONE_PUBLISHED_SD)
+    np.testing.assert_allclose(public.x_train, (features[train] - mean) / sd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(public.x_test, (features[test] - mean) / sd, rtol=1e-6, atol=1e-6)
+    # Documented range: the published Min/Max, to within their 3-decimal rounding.
+    low = (np.array(uci.ABALONE_PUBLISHED_MIN) - 5e-4 - mean) / sd
+    high = (np.array(uci.ABALONE_PUBLISHED_MAX) + 5e-4 - mean) / sd
+    for x in (public.x_train, public.x_test):
+        assert (x >= low - 1e-6).all() and (x <= high + 1e-6).all()
+    assert public.num_classes == {"sex": 3, "rings_gt_10": 2, "rings": 30}
+    # Remove or perturb a training record: every other record's row is unchanged.
+    x_tr, x_te = uci.abalone_features(features[train], features[test], "public")
+    r_tr, r_te = uci.abalone_features(np.delete(features[train], 3, axis=0), features[test], "public")
+    np.testing.assert_array_equal(r_tr, np.delete(x_tr, 3, axis=0))
+    np.testing.assert_array_equal(r_te, x_te)
+    perturbed = features[train].copy()
+    perturbed[3] *= 50.0
+    p_tr, p_te = uci.abalone_features(perturbed, features[test], "public")
+    np.testing.assert_array_equal(np.delete(p_tr, 3, axis=0), np.delete(x_tr, 3, axis=0))
+    np.testing.assert_array_equal(p_te, x_te)
+    t_tr, _ = uci.abalone_features(features[train], features[test], "train")
+    tp_tr, _ = uci.abalone_features(perturbed, features[test], "train")
+    assert not np.array_equal(np.delete(tp_tr, 3, axis=0), np.delete(t_tr, 3, axis=0))
+
+
+def test_default_scaling_is_train(data_dir, adult):
+    np.testing.assert_array_equal(load_dataset("adult", data_dir, feature_scaling="train").x_train, adult.x_train)
+    assert uci.load_adult(data_dir).x_train.shape == adult.x_train.shape
+
+
+@pytest.mark.parametrize("requested,dataset,private,expected", [
+    ("auto", "adult", True, "public"), ("auto", "abalone", True, "public"),
+    ("auto", "adult", False, "train"), ("auto", "abalone", False, "train"),
+    ("public", "adult", False, "public"), ("public", "abalone", True, "public"),
+    ("train", "adult", False, "train"),
+    ("auto", "mnist", True, None), ("auto", "digits", False, None),
+])
+def test_resolve_feature_scaling(requested, dataset, private, expected):
+    assert uci.resolve_feature_scaling(requested, dataset, private) == expected
+
+
+@pytest.mark.parametrize("requested,dataset,private,message", [
+    ("train", "adult", True, "--feature_scaling: train scales adult's features with statistics of the private"),
+    ("train", "abalone", True, "--feature_scaling: train scales abalone's features"),
+    ("minmax", "adult", False, "--feature_scaling: must be one of auto, public, train, got 'minmax'"),
+    ("public", "mnist", True, "--feature_scaling: only applies to --dataset=adult or abalone, got --dataset=mnist"),
+])
+def test_resolve_feature_scaling_refusals(requested, dataset, private, message):
+    from tfpriv.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        uci.resolve_feature_scaling(requested, dataset, private)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_loaders_refuse_unknown_scaling(data_dir):
+    from tfpriv.errors import UsageError
+
+    with pytest.raises(UsageError, match="--feature_scaling: must be one of public, train, got 'auto'"):
+        uci.load_abalone(data_dir, scaling="auto")

@@ -8,6 +8,9 @@ flags.DEFINE_string("model", "privae", f"Model to train: {', '.join(MODELS)} (va
 flags.DEFINE_string("mode", "train", f"{', '.join(MODES)}: train a model, or draw samples from a trained run in --output_dir.")
 flags.DEFINE_string("dataset", "digits", "digits (bundled, no download), mnist, fashion_mnist, adult, abalone, pinwheel, or tfds:<name>.")
 flags.DEFINE_string("data_dir", None, "Folder with the original-format data files (mnist/, fashion_mnist/, adult/, abalone/).")
+flags.DEFINE_string("feature_scaling", "auto", "adult/abalone preprocessing: public (fixed public constants and schema; "
+                    "see tfpriv/data/uci.py), train (train-split mean/std and categories: not private, refused with "
+                    "private training) or auto (public when a model is trained privately, train otherwise).")
 flags.DEFINE_string("output_dir", None, "Run folder (results.json, checkpoints, logs). Default: runs/<model>-<dataset>-<time>. An existing run resumes.")
 flags.DEFINE_integer("seed", None, "Seed for initialisation, sampling and noise. Default: drawn from the OS (needed for a real release).")
 flags.DEFINE_integer("epochs", 20, "Training epochs (an epoch is N/B steps).")

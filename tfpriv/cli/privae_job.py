@@ -12,6 +12,7 @@ from absl import flags
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
+from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.models.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
 from tfpriv.models.divergences import make_divergence
@@ -86,12 +87,14 @@ def run(output_dir: str) -> dict:
         if getattr(FLAGS, flag) < 1:
             raise UsageError(f"--{flag}: must be >= 1, got {getattr(FLAGS, flag)}")
     parse_hidden(FLAGS.pinwheel_hidden)  # fail before loading data or planning privacy
+    # adult/abalone: public constants when the VAE is trained privately (train statistics are refused then)
+    feature_scaling = resolve_feature_scaling(FLAGS.feature_scaling, FLAGS.dataset, private=FLAGS.aggregation != "none")
     if FLAGS.dataset == "pinwheel":
         dataset = load_pinwheel(FLAGS.data_dir, seed=FLAGS.seed or 0, scale=check_scale(FLAGS.pinwheel_scale))
     elif FLAGS["pinwheel_scale"].present:
         raise UsageError(f"--pinwheel_scale: only applies to --dataset=pinwheel, got --dataset={FLAGS.dataset}")
     else:
-        dataset = load_dataset(FLAGS.dataset, FLAGS.data_dir, seed=FLAGS.seed or 0)
+        dataset = load_dataset(FLAGS.dataset, FLAGS.data_dir, seed=FLAGS.seed or 0, feature_scaling=feature_scaling)
     latent_dim = FLAGS.latent_dim or DEFAULT_LATENT.get(dataset.name, 16)
     vae = build_vae(dataset, latent_dim)
     aggregation = FLAGS.aggregation
@@ -119,7 +122,7 @@ def run(output_dir: str) -> dict:
     _figures(vae, dataset, output_dir)
     summary = plan.summary()
     results = {
-        "model": FLAGS.model, "dataset": dataset.name, **summary,
+        "model": FLAGS.model, "dataset": dataset.name, "feature_scaling": feature_scaling, **summary,
         "epsilon": fit["epsilon"], "steps": fit["steps"], "epochs": fit["epochs_completed"],
         "planned_epochs": plan.epochs, "resumed": fit["resumed"], "budget_reached": fit["budget_reached"],
         "prior": FLAGS.prior, "regularizer": FLAGS.regularizer, "alpha": vae.alpha, "beta": vae.beta,

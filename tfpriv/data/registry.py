@@ -15,7 +15,8 @@ from tfpriv.errors import UsageError
 
 TFDS_PREFIX = "tfds:"
 
-# name -> "module:function"; every function takes (data_dir, *, seed) and returns a Dataset.
+# name -> "module:function"; every function takes (data_dir, *, seed) and returns a Dataset;
+# those in _SCALED also take `scaling` ("public" | "train", see tfpriv/data/uci.py).
 _LOADERS: dict[str, str] = {
     "digits": "tfpriv.data.digits:load_digits",
     "mnist": "tfpriv.data.idx:load_mnist",
@@ -26,6 +27,7 @@ _LOADERS: dict[str, str] = {
 }
 
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
+_SCALED = ("adult", "abalone")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,12 +101,16 @@ def load_dataset(
     *,
     seed: int = 0,
     download: bool = False,
+    feature_scaling: str | None = None,
 ) -> Dataset:
     """Load dataset `name` from `data_dir` (files verified against their md5).
 
     `seed` only changes synthetic data (pinwheel); the train/test splits of real datasets
     are fixed so that test sets are comparable across runs. `download` is honoured only for
-    `tfds:<name>` datasets; every other dataset is read offline.
+    `tfds:<name>` datasets; every other dataset is read offline. `feature_scaling`
+    ("public" | "train", None = the loader's default "train") is passed to the loaders of
+    adult and abalone, whose preprocessing has these two modes; the other datasets have no
+    data-dependent preprocessing and ignore it.
     """
     if not isinstance(name, str) or not name:
         raise UsageError(f"--dataset: must be one of {_valid_names()}, got {name!r}")
@@ -117,4 +123,6 @@ def load_dataset(
         raise UsageError(f"--dataset: unknown dataset {name!r}; valid: {_valid_names()}")
     module_name, func_name = target.split(":")
     loader = getattr(importlib.import_module(module_name), func_name)
+    if feature_scaling is not None and name in _SCALED:
+        return loader(data_dir, seed=seed, scaling=feature_scaling)
     return loader(data_dir, seed=seed)

@@ -7,7 +7,9 @@ Stage 1 is non-private unless `--aggregation=micro` (DP-SGD) or `batch` is given
 is trained by the project's `plan_privacy`/`fit_private` with the common DP flags
 (`--l2_norm_clip`, `--noise_multiplier` or `--epsilon`, `--delta`, `--sampling`, `--max_epsilon`)
 and the filter's `--vae_batch_size` (expected Poisson batch size) and `--vae_epochs`; the run's
-top-level epsilon/delta are that VAE's guarantee (see `PRIVACY_SCOPE`).
+top-level epsilon/delta are that VAE's guarantee (see `PRIVACY_SCOPE`). With a private stage 1,
+Adult/Abalone features are scaled with public constants only (`--feature_scaling=auto` picks
+`public`; an explicit `train`, which uses statistics of the training split, is refused).
 """
 from __future__ import annotations
 
@@ -134,6 +136,9 @@ def validate_flags() -> dict:
     if dataset not in DEFAULT_TASKS:
         raise UsageError(f"--dataset: the filter supports {', '.join(DEFAULT_TASKS)}, got {dataset!r}")
     stage1_dp = _stage1_dp_flags()
+    from tfpriv.data.uci import resolve_feature_scaling
+    feature_scaling = resolve_feature_scaling(_common("feature_scaling", "auto"), dataset,
+                                              private=stage1_dp is not None)
     if FLAGS.adversary_objective not in ("ce", "confusion"):
         raise UsageError(f"--adversary_objective: must be ce or confusion, got {FLAGS.adversary_objective!r}")
     if not 0.0 <= FLAGS.filter_ema < 1.0:
@@ -152,7 +157,8 @@ def validate_flags() -> dict:
         if FLAGS.num_users > FLAGS.filter_num_parts:
             raise UsageError(f"--num_users: must be <= --filter_num_parts={FLAGS.filter_num_parts}, got {FLAGS.num_users}")
         users = [User(*s.split(":")) for s in specs]
-    return {"budgets": budgets, "dataset": dataset, "users": users, "stage1_dp": stage1_dp}
+    return {"budgets": budgets, "dataset": dataset, "users": users, "stage1_dp": stage1_dp,
+            "feature_scaling": feature_scaling}
 
 
 STAGE1_AGGREGATIONS = ("none", "micro", "batch")
@@ -226,7 +232,7 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     checked = validate_flags()
     dataset, budgets, users = checked["dataset"], checked["budgets"], checked["users"]
     seed = int(_common("seed", 0))
-    ds = load_dataset(dataset, _common("data_dir", None), seed=seed)
+    ds = load_dataset(dataset, _common("data_dir", None), seed=seed, feature_scaling=checked["feature_scaling"])
     names, ytr, yte, ncls = _labels(ds, dataset)  # label errors surface before any output
     t_start = time.time()
 
@@ -242,7 +248,8 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     if plan is not None:
         os.makedirs(output_dir, exist_ok=True)
         with open(os.path.join(output_dir, "privacy_plan.json"), "w") as f:
-            json.dump({**plan.summary(), "planned_steps": plan.planned_steps, "privacy_scope": PRIVACY_SCOPE},
+            json.dump({**plan.summary(), "planned_steps": plan.planned_steps, "privacy_scope": PRIVACY_SCOPE,
+                       "feature_scaling": checked["feature_scaling"]},
                       f, indent=2, default=str)
     try:
         stage1 = train_stage1(ds, latent_dim, FLAGS.vae_epochs, FLAGS.vae_batch_size, FLAGS.vae_learning_rate,
@@ -272,6 +279,7 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     info = {k: v for k, v in stage1.info.items() if k != "vae"}
     results = {
         "model": "filter", "dataset": dataset, **_stage1_privacy_record(info),
+        "feature_scaling": checked["feature_scaling"],
         "epochs": FLAGS.vae_epochs, "stage1": info, "labels": names,
         "num_classes": ncls, "latent_source": "encoder mean", "covariance": "empirical covariance of training codes",
         "raw_metrics": raw, "filter_config": dataclasses.asdict(cfg), "metrics_source": _metrics_source(),
@@ -321,8 +329,10 @@ PRIVACY_SCOPE = (
     "epsilon/delta: record-level (add-or-remove-one) DP of the stage-1 VAE's weights with respect to the "
     "training examples it was fitted on (RDP accountant, Poisson-sampled Gaussian). Not covered: the "
     "per-user stage 2 (each user's filter is fitted on that user's own codes; its label-change RDP is "
-    "filter_rdp / filter_epsilon), the stage-3 evaluation, and the data loader's preprocessing "
-    "(standardisation statistics and one-hot categories computed from the training split).")
+    "filter_rdp / filter_epsilon) and the stage-3 evaluation. The data loader's preprocessing is inside the "
+    "guarantee: with a private stage 1, Adult/Abalone features are scaled with public constants only "
+    "(feature_scaling = public: the public schema, census top-codes, abalone.names' published Mean/SD), "
+    "never with statistics of the training split.")
 
 
 def _stage1_privacy_record(info: dict) -> dict:
