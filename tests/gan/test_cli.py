@@ -30,6 +30,7 @@ def _parsed():
     ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of fast, vectorized, per_example, got 'vmap'"),
     ("dpwgan_gp", {"num_samples": 0}, "--num_samples: must be >= 10, got 0"),
     ("dpwgan", {}, "--model: GAN models are dpwgan_gp, dpgan, got 'dpwgan'"),
+    ("dpgan", {"feature_scaling": "public"}, "--feature_scaling: applies to the UCI tabular datasets only"),
 ])
 def test_bad_flags_raise_one_line_usage_error_before_output(tmp_path, model, overrides, message):
     out = tmp_path / "run"

@@ -114,6 +114,8 @@ def validate_flags(model_name: str) -> GanSettings:
     """Every GAN flag checked (UsageError naming the flag) before anything is read or written."""
     if model_name not in MODELS:
         raise UsageError(f"--model: GAN models are {', '.join(MODELS)}, got {model_name!r}")
+    if _common("feature_scaling", None) is not None:
+        raise UsageError("--feature_scaling: applies to the UCI tabular datasets only; GAN models train on images")
     md = MODEL_DEFAULTS[model_name]
     batch_size = int(_common("batch_size", md["batch_size"]))
     from tfpriv.gan.wgan_gp import default_learning_rate
