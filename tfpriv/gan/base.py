@@ -136,7 +136,7 @@ class PrivateWGAN(tf.keras.Model):
     # -- the critic's per-example loss ---------------------------------------------------------
     def critic_terms(self, real, fake, labels, mix) -> dict[str, tf.Tensor]:
         """Named per-example loss terms [B], summing to example i's critic loss."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define its per-example critic terms")
 
     def critic_loss_fn(self, inputs, layout: BatchLayout) -> LossTerms:
         """The engine's loss: example i's terms from row i of image/fake/mix/label only."""
