@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tfpriv.errors import UsageError
 from tfpriv.metrics.generative import frechet_distance, inception_score
-from tfpriv.metrics.mnist_classifier import build_classifier, classifier_outputs
+from tfpriv.metrics.mnist_classifier import classifier_outputs, compiled_classifier
 
 
 def generate_samples(model, n: int, batch_size: int = 1000, num_classes: int | None = None,
@@ -58,11 +58,7 @@ def sample_scores(classifier: tf.keras.Model, images: np.ndarray, reference_feat
 def downstream_accuracy(images: np.ndarray, labels: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
                         epochs: int = 3, batch_size: int = 128, seed: int = 0) -> dict:
     """Test accuracy on real data of a CNN trained on synthetic (images, labels) only."""
-    tf.keras.utils.set_random_seed(seed)
-    model = build_classifier()
-    steps = epochs * int(np.ceil(len(images) / batch_size))
-    lr = tf.keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=max(steps, 1), alpha=0.05)
-    model.compile(tf.keras.optimizers.Adam(lr), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    model = compiled_classifier(len(images), epochs, batch_size, seed)
     start = time.time()
     model.fit(images, labels, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=0)
     _, acc = model.evaluate(x_test, np.asarray(y_test), batch_size=1000, verbose=0)
