@@ -22,7 +22,7 @@ from tfpriv.models.priors import GaussianMixture, make_prior
 from tfpriv.models.vae import VAE, load_vae
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import write_results
-from tfpriv.training.runner import fit_private, plan_privacy
+from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
 
 flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
 flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
@@ -104,7 +104,7 @@ def run(output_dir: str) -> dict:
                       clipped_sum=FLAGS.clipped_sum, seed=FLAGS.seed)
     plan = plan_privacy(config, vae.term_spec(), len(dataset.x_train), FLAGS.batch_size, FLAGS.epochs,
                         FLAGS.sampling, FLAGS.delta, FLAGS.epsilon if aggregation != "none" else None,
-                        FLAGS.max_epsilon)
+                        FLAGS.max_epsilon, history=read_ledger(output_dir))
     optimizer = _optimizer(FLAGS.optimizer, FLAGS.learning_rate)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "privacy_plan.json"), "w") as f:

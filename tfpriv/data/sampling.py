@@ -5,10 +5,18 @@ vary; the datasets here have an unknown batch dimension, so Keras traces the tra
 once for all sizes (no padding needed). `--sampling=shuffle` takes fixed-size batches from
 a shuffled epoch; its epsilon is computed as if batches were Poisson-sampled, the same
 approximation (and caveat) TF Privacy's privacy statement reports.
+
+The accountant assumes a fresh, independent sample at every step, so the batch of global
+step s is a function of (seed, s) alone: `default_rng([seed, s])` (shuffling: the permutation
+of epoch s // steps_per_epoch). A resumed run passes `start_step` = the steps already taken
+and draws exactly the batches the uninterrupted run would have drawn, never a replay.
+`new_sampling_seed()` draws the seed from the OS when the user gives none; the runner
+checkpoints it with the ledger.
 """
 from __future__ import annotations
 
 import math
+import secrets
 from typing import Sequence
 
 import numpy as np
@@ -35,54 +43,77 @@ def _unwrap(arrays, batch):
     return batch if isinstance(arrays, (tuple, list)) else batch[0]
 
 
-def poisson_dataset(arrays, sampling_rate: float, seed: int | None = None) -> tf.data.Dataset:
-    """Endless dataset of Poisson-sampled batches (each example kept with probability q)."""
+def new_sampling_seed() -> int:
+    """A fresh 63-bit sampling seed from the OS (checkpoint it: the mechanism owns its randomness)."""
+    return secrets.randbits(63)
+
+
+def _check_seed(seed: int) -> int:
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"--seed: must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0) -> tf.data.Dataset:
+    """Endless dataset of Poisson-sampled batches; the batch of step s depends on (seed, s) only."""
     parts = _as_tuple(arrays)
     n = len(parts[0])
     if not 0 < sampling_rate <= 1:
         raise ConfigError(f"--batch_size: sampling rate q = B/N must be in (0, 1], got {sampling_rate}")
+    seed = _check_seed(seed)
 
     def generate():
-        rng = np.random.default_rng(seed)
+        step = start_step
         while True:
-            idx = np.flatnonzero(rng.random(n) < sampling_rate)
+            idx = np.flatnonzero(np.random.default_rng([seed, step]).random(n) < sampling_rate)
             yield tuple(p[idx] for p in parts)
+            step += 1
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
     return ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)
 
 
-def shuffle_dataset(arrays, batch_size: int, seed: int | None = None) -> tf.data.Dataset:
-    """Endless dataset of fixed-size batches from reshuffled epochs (remainder dropped)."""
+def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
+    """Endless fixed-size batches from reshuffled epochs (remainder dropped); epoch e's
+    permutation depends on (seed, e) only."""
     parts = _as_tuple(arrays)
     n = len(parts[0])
     if not 1 <= batch_size <= n:
         raise ConfigError(f"--batch_size: must be between 1 and the dataset size {n}, got {batch_size}")
+    seed = _check_seed(seed)
+    per_epoch = n // batch_size
 
     def generate():
-        rng = np.random.default_rng(seed)
+        epoch, slot = divmod(start_step, per_epoch)
         while True:
-            order = rng.permutation(n)
-            for start in range(0, n - batch_size + 1, batch_size):
-                idx = np.sort(order[start:start + batch_size])
+            order = np.random.default_rng([seed, epoch]).permutation(n)
+            for k in range(slot, per_epoch):
+                idx = np.sort(order[k * batch_size:(k + 1) * batch_size])
                 yield tuple(p[idx] for p in parts)
+            epoch, slot = epoch + 1, 0
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
     return ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)
 
 
-def make_dataset(arrays, batch_size: int, sampling: str, seed: int | None = None) -> tuple[tf.data.Dataset, float, int]:
-    """(dataset, sampling rate q, steps per epoch) for `--sampling` and `--batch_size`."""
+def sampling_rate_and_steps(num_examples: int, batch_size: int, sampling: str) -> tuple[float, int]:
+    """(sampling rate q = B/N, steps per epoch) for a sampling scheme."""
     if sampling not in SAMPLINGS:
         raise ConfigError(f"--sampling: must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
-    n = len(_as_tuple(arrays)[0])
-    if not 1 <= batch_size <= n:
-        raise ConfigError(f"--batch_size: must be between 1 and the dataset size {n}, got {batch_size}")
-    q = batch_size / n
-    steps_per_epoch = max(1, n // batch_size) if sampling == "shuffle" else max(1, round(1 / q))
+    if not 1 <= batch_size <= num_examples:
+        raise ConfigError(f"--batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
+    q = batch_size / num_examples
+    steps_per_epoch = max(1, num_examples // batch_size) if sampling == "shuffle" else max(1, round(1 / q))
+    return q, steps_per_epoch
+
+
+def make_dataset(arrays, batch_size: int, sampling: str, seed: int,
+                 start_step: int = 0) -> tuple[tf.data.Dataset, float, int]:
+    """(dataset, sampling rate q, steps per epoch); the dataset's first batch is step `start_step`'s."""
+    q, steps_per_epoch = sampling_rate_and_steps(len(_as_tuple(arrays)[0]), batch_size, sampling)
     if sampling == "poisson":
-        return poisson_dataset(arrays, q, seed), q, steps_per_epoch
-    return shuffle_dataset(arrays, batch_size, seed), q, steps_per_epoch
+        return poisson_dataset(arrays, q, seed, start_step), q, steps_per_epoch
+    return shuffle_dataset(arrays, batch_size, seed, start_step), q, steps_per_epoch
 
 
 def default_max_batch_size(n: int, q: float, tail_sds: float = 6.0) -> int:

@@ -170,8 +170,8 @@ def make_lipschitz_decoder_term(weight: float = 1.0, eps: float = 1e-6) -> Calla
     Returns a [B] tensor (added to each example's loss)."""
     def term(vae, x, z):
         del x
-        z_prior = tf.random.normal(tf.shape(z), dtype=z.dtype)
-        t = tf.random.uniform((tf.shape(z)[0], 1), dtype=z.dtype)
+        z_prior = vae.rng.normal(tf.shape(z), dtype=z.dtype)  # the model's checkpointed training stream
+        t = vae.rng.uniform((tf.shape(z)[0], 1), dtype=z.dtype)
         z_t = t * z + (1.0 - t) * z_prior
         out_z = tf.reshape(vae.decode(z), (tf.shape(z)[0], -1))
         out_t = tf.reshape(vae.decode(z_t), (tf.shape(z)[0], -1))

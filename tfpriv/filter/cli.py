@@ -227,6 +227,7 @@ def run(output_dir: str, common: dict | None = None) -> dict:
     _COMMON_OVERRIDES.update(common or {})
     from tfpriv.data import load_dataset
     from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
+    from tfpriv.training.runner import read_ledger
     from tfpriv.training.results import write_results
 
     checked = validate_flags()
@@ -243,7 +244,8 @@ def run(output_dir: str, common: dict | None = None) -> dict:
         tf.random.set_seed(seed)
         vae, _ = build_stage1_vae(ds, latent_dim, beta, FLAGS.robust_decoder)
         plan = plan_stage1_privacy(vae, dp["config"], len(ds.x_train), FLAGS.vae_batch_size, FLAGS.vae_epochs,
-                                   dp["sampling"], dp["delta"], dp["target_epsilon"], dp["max_epsilon"])
+                                   dp["sampling"], dp["delta"], dp["target_epsilon"], dp["max_epsilon"],
+                                   history=read_ledger(os.path.join(output_dir, "stage1")))
     existed = os.path.exists(output_dir)
     if plan is not None:
         os.makedirs(output_dir, exist_ok=True)

@@ -100,7 +100,8 @@ def build_stage1_vae(dataset, latent_dim: int | None = None, beta: float = 1.0, 
 
 def plan_stage1_privacy(vae, dp: DPConfig, num_examples: int, batch_size: int, epochs: int,
                         sampling: str = "poisson", delta: float | None = None,
-                        target_epsilon: float | None = None, max_epsilon: float | None = None):
+                        target_epsilon: float | None = None, max_epsilon: float | None = None,
+                        history=()):
     """The project's `plan_privacy` for the stage-1 VAE, with the filter's flag names in errors.
 
     Everything (delta default and range, noise calibration for a target epsilon, the mode's
@@ -112,7 +113,7 @@ def plan_stage1_privacy(vae, dp: DPConfig, num_examples: int, batch_size: int, e
                           "not the fallback VAE")
     try:
         return plan_privacy(dp, vae.term_spec(), num_examples, batch_size, epochs, sampling, delta,
-                            target_epsilon, max_epsilon)
+                            target_epsilon, max_epsilon, history)
     except ConfigError as exc:
         msg = str(exc)
         for common, own in (("--batch_size:", "--vae_batch_size:"), ("--epochs:", "--vae_epochs:")):

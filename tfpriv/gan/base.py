@@ -26,6 +26,7 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import PrivacyLedger
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.rng import stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 
@@ -48,8 +49,7 @@ class PrivateWGAN(tf.keras.Model):
         self.critic_steps = int(critic_steps)
         self.generator_batch_size = generator_batch_size
         # Latents, interpolation weights and generator labels (the DP noise has its own RNG in the engine).
-        self.rng = (tf.random.Generator.from_seed(seed) if seed is not None
-                    else tf.random.Generator.from_non_deterministic_state())
+        self.rng = stream_generator(seed, "loss")
         self.critic_step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="critic_step_count")
         self.trackers = {name: tf.keras.metrics.Mean(name=name) for name in ("d_loss", "w_distance", "penalty", "g_loss")}
 

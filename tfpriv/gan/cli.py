@@ -194,7 +194,7 @@ def run(output_dir: str, model_name: str) -> dict:
     from tfpriv.gan.dpgan import privacy_comparison
     from tfpriv.privacy.config import DPConfig
     from tfpriv.training.results import write_results
-    from tfpriv.training.runner import plan_privacy
+    from tfpriv.training.runner import plan_privacy, read_ledger
 
     data = load_dataset(s.dataset, s.data_dir)
     num_classes = int(data.num_classes.get("label", 10)) if s.conditional else None
@@ -208,7 +208,7 @@ def run(output_dir: str, model_name: str) -> dict:
                       expected_batch_size=float(s.batch_size), clipping=s.clipping, num_partitions=1,
                       seed=private_seed)
     plan = plan_privacy(config, model.spec, len(data.x_train), s.batch_size, s.epochs, s.sampling,
-                        s.delta, s.epsilon, s.max_epsilon)
+                        s.delta, s.epsilon, s.max_epsilon, history=read_ledger(output_dir))
     os.makedirs(output_dir, exist_ok=True)
 
     score_fn, classifier, ref_features = None, None, None

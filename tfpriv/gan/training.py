@@ -18,22 +18,24 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.data.sampling import make_dataset
+from tfpriv.data.sampling import make_dataset, new_sampling_seed
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
-from tfpriv.training.runner import PrivacyPlan
+from tfpriv.training.runner import PrivacyPlan, RunState, continue_plan, read_ledger
 
 GENERATOR_FILE = "generator.keras"
 GAN_CONFIG_FILE = "gan.json"
 
 
-def gan_dataset(images: np.ndarray, labels: np.ndarray | None, plan: PrivacyPlan,
-                seed: int | None = None) -> tuple[tf.data.Dataset, float, int]:
-    """Endless batches {"image"[, "label"]}: a fresh Poisson (or shuffled) batch per critic step."""
+def gan_dataset(images: np.ndarray, labels: np.ndarray | None, plan: PrivacyPlan, seed: int,
+                start_step: int = 0) -> tuple[tf.data.Dataset, float, int]:
+    """Endless batches {"image"[, "label"]}: a fresh Poisson (or shuffled) batch per critic step,
+    the batch of critic step s a function of (seed, s)."""
     if labels is None:
-        ds, q, steps = make_dataset(images, plan.batch_size, plan.sampling, seed)
+        ds, q, steps = make_dataset(images, plan.batch_size, plan.sampling, seed, start_step)
         return ds.map(_image_only), q, steps
-    ds, q, steps = make_dataset((images, np.asarray(labels, np.int32)), plan.batch_size, plan.sampling, seed)
+    ds, q, steps = make_dataset((images, np.asarray(labels, np.int32)), plan.batch_size, plan.sampling, seed,
+                                start_step)
     return ds.map(_image_and_label), q, steps
 
 
@@ -117,18 +119,28 @@ def fit_gan(model: PrivateWGAN, images: np.ndarray, labels: np.ndarray | None, p
             d_optimizer: tf.keras.optimizers.Optimizer, g_optimizer: tf.keras.optimizers.Optimizer,
             output_dir: str, seed: int | None = None, verbose: int = 2, max_minutes: float | None = None,
             max_steps: int | None = None, monitor: Monitor | None = None, extra_callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> dict:
-    """Compiles and fits the GAN under `plan`; resumes from `output_dir/checkpoints` if present."""
-    dataset, q, steps_per_epoch = gan_dataset(images, labels, plan, seed)
+    """Compiles and fits the GAN under `plan`; resumes from `output_dir/checkpoints` if present.
+
+    `seed` seeds the batch sampling (None: from the OS); the checkpoint keeps it, and a resumed
+    run continues the batches from the critic steps already taken.
+    """
+    history = read_ledger(output_dir)
+    if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
+        plan = continue_plan(plan, history)
+    probe, _, _ = gan_dataset(images, labels, plan, 0)
     model.compile(d_optimizer, g_optimizer, dp=plan.config)
-    engine = model.prepare(next(iter(dataset)))
-    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    engine = model.prepare(next(iter(probe)))
+    state = RunState(new_sampling_seed() if seed is None else seed)
+    epoch = state.epoch
     checkpoint = tf.train.Checkpoint(generator=model.generator, critic=model.critic, d_optimizer=d_optimizer,
                                      g_optimizer=g_optimizer, ledger=model.ledger, noise=engine.generator,
-                                     latent_rng=model.rng, critic_step_count=model.critic_step_count, epoch=epoch)
+                                     latent_rng=model.rng, critic_step_count=model.critic_step_count, run=state)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, "checkpoints"), max_to_keep=2)
     resumed = manager.latest_checkpoint is not None
     if resumed:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    dataset, q, steps_per_epoch = gan_dataset(images, labels, plan, int(state.sampling_seed.numpy()),
+                                              int(model.critic_step_count.numpy()))
     private = plan.config.private
     noise = plan.effective_noise_multiplier
     if private:
@@ -159,6 +171,7 @@ def fit_gan(model: PrivateWGAN, images: np.ndarray, labels: np.ndarray | None, p
         "train_seconds": seconds,
         "scoring_seconds": monitor.seconds_scoring if monitor is not None else 0.0,
         "history": history,
+        "plan": plan,
     }
 
 

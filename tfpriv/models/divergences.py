@@ -18,10 +18,15 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 
 class Divergence:
+    """psi(s_j): one value per partition, a function of that partition's rows and of randomness
+    drawn for it alone (so adding an example changes the distribution of one partition's term)."""
+
     name = "divergence"
 
-    def __call__(self, z: tf.Tensor, mean: tf.Tensor, logvar: tf.Tensor, mask: tf.Tensor, prior: Prior) -> tf.Tensor:
-        """Per-partition divergence [P] from codes z, posterior params (all [P, M, D]) and mask [P, M]."""
+    def __call__(self, z: tf.Tensor, mean: tf.Tensor, logvar: tf.Tensor, mask: tf.Tensor, prior: Prior,
+                 rng: tf.random.Generator | None = None) -> tf.Tensor:
+        """Per-partition divergence [P] from codes z, posterior params (all [P, M, D]) and mask [P, M];
+        prior samples come from `rng` (the model's training stream) when given."""
         raise NotImplementedError
 
     def config(self) -> dict:
@@ -29,20 +34,29 @@ class Divergence:
 
 
 class CauchyMMD(Divergence):
-    """Dimension-wise MMD with a sum of Cauchy kernels against fresh prior samples (Fig. 1)."""
+    """Dimension-wise MMD with a sum of Cauchy kernels against fresh prior samples (Fig. 1).
+
+    Partition j is compared with `prior_samples` prior draws, or (None) with as many draws as
+    it has members |s_j|: never a number that depends on another partition (e.g. the largest),
+    which would let one example change every partition's term (docs/privacy.md).
+    """
 
     name = "mmd"
 
     def __init__(self, scales=DEFAULT_SCALES, prior_samples: int | None = None):
         self.scales = tuple(float(s) for s in scales)
+        if prior_samples is not None and prior_samples < 2:
+            raise ConfigError(f"prior_samples: must be >= 2 (the unbiased MMD needs two), got {prior_samples}")
         self.prior_samples = prior_samples
 
-    def __call__(self, z, mean, logvar, mask, prior):
+    def __call__(self, z, mean, logvar, mask, prior, rng=None):
         parts, rows = tf.shape(z)[0], tf.shape(z)[1]
         m = rows if self.prior_samples is None else self.prior_samples
-        # Prior samples carry no private data; as many per partition as it has slots.
-        y = tf.reshape(prior.sample(parts * m), [parts, m, prior.latent_dim])
-        value = cauchy_mmd(z, y, x_mask=mask, scales=self.scales)
+        # Prior samples carry no private data; i.i.d., so the first |s_j| of row j are |s_j|
+        # independent prior draws whatever the other partitions hold.
+        y = tf.reshape(prior.sample(parts * m, rng=rng), [parts, m, prior.latent_dim])
+        y_mask = mask if self.prior_samples is None else None
+        value = cauchy_mmd(z, y, x_mask=mask, y_mask=y_mask, scales=self.scales)
         return value * tf.cast(tf.reduce_sum(mask, axis=1) > 0, value.dtype)
 
     def config(self):
@@ -60,9 +74,10 @@ class KLPriorToAggregate(Divergence):
 
     name = "kl_pq"
 
-    def __call__(self, z, mean, logvar, mask, prior):
+    def __call__(self, z, mean, logvar, mask, prior, rng=None):
         parts, rows = tf.shape(z)[0], tf.shape(z)[1]
-        zp = tf.reshape(prior.sample(parts * rows), [parts, rows, prior.latent_dim])      # [P, M, D]
+        # One prior sample per member (masked below): partition j's term uses |s_j| draws.
+        zp = tf.reshape(prior.sample(parts * rows, rng=rng), [parts, rows, prior.latent_dim])  # [P, M, D]
         var = tf.exp(logvar)
         # log q(z_j | x_i) for prior sample j and member i: [P, M(j), M(i)]
         diff = zp[:, :, None, :] - mean[:, None, :, :]

@@ -21,14 +21,18 @@ def _normal_log_prob(z, mean, var):
     return -0.5 * (LOG_2PI + tf.math.log(var) + tf.square(z - mean) / var)
 
 
-def _normal(shape, seed, offset: int = 0):
-    """Stateful draws inside training graphs; reproducible stateless ones when seeded."""
+def _normal(shape, seed, offset: int = 0, rng: tf.random.Generator | None = None):
+    """Draws from `rng` (a training step's generator), stateless ones when seeded, else stateful."""
+    if rng is not None:
+        return rng.normal(shape)
     if seed is None:
         return tf.random.normal(shape)
     return tf.random.stateless_normal(shape, seed=[seed, offset])
 
 
-def _uniform(shape, seed, offset: int = 2):
+def _uniform(shape, seed, offset: int = 2, rng: tf.random.Generator | None = None):
+    if rng is not None:
+        return rng.uniform(shape)
     if seed is None:
         return tf.random.uniform(shape)
     return tf.random.stateless_uniform(shape, seed=[seed, offset])
@@ -45,7 +49,8 @@ class Prior:
     def log_prob(self, z: tf.Tensor) -> tf.Tensor:
         raise NotImplementedError
 
-    def sample(self, n: int, seed: int | None = None) -> tf.Tensor:
+    def sample(self, n: int, seed: int | None = None, rng: tf.random.Generator | None = None) -> tf.Tensor:
+        """n draws [n, D]: from `rng` if given (training), else stateless with `seed`, else stateful."""
         raise NotImplementedError
 
     def config(self) -> dict:
@@ -62,8 +67,8 @@ class StandardNormal(Prior):
     def log_prob(self, z):
         return tf.reduce_sum(_normal_log_prob(z, 0.0, 1.0), axis=-1)
 
-    def sample(self, n, seed=None):
-        return _normal([n, self.latent_dim], seed)
+    def sample(self, n, seed=None, rng=None):
+        return _normal([n, self.latent_dim], seed, rng=rng)
 
     @property
     def is_standard_normal(self):
@@ -90,10 +95,10 @@ class SparseMixture(Prior):
         per_dim = parts[0] if len(parts) == 1 else tf.reduce_logsumexp(tf.stack(parts, 0), axis=0)
         return tf.reduce_sum(per_dim, axis=-1)
 
-    def sample(self, n, seed=None):
-        spike = _uniform([n, self.latent_dim], seed) < self.gamma
+    def sample(self, n, seed=None, rng=None):
+        spike = _uniform([n, self.latent_dim], seed, rng=rng) < self.gamma
         std = tf.where(spike, math.sqrt(self.sigma0_sq), 1.0)
-        return _normal([n, self.latent_dim], seed) * std
+        return _normal([n, self.latent_dim], seed, rng=rng) * std
 
     def config(self):
         return {**super().config(), "gamma": self.gamma, "sigma0_sq": self.sigma0_sq}
@@ -129,10 +134,10 @@ class GaussianMixture(Prior):
     def log_prob(self, z):
         return tf.reduce_logsumexp(self.component_log_probs(z), axis=-1)
 
-    def sample(self, n, seed=None):
-        u = _uniform([n], seed, offset=1)
+    def sample(self, n, seed=None, rng=None):
+        u = _uniform([n], seed, offset=1, rng=rng)
         k = tf.searchsorted(tf.constant(np.cumsum(self.weights)[:-1], tf.float32), u, side="right")
-        return tf.gather(tf.constant(self.means), k) + self.sigma * _normal([n, self.latent_dim], seed)
+        return tf.gather(tf.constant(self.means), k) + self.sigma * _normal([n, self.latent_dim], seed, rng=rng)
 
     def config(self):
         return {**super().config(), "means": self.means.tolist(), "sigma": self.sigma, "weights": self.weights.tolist()}

@@ -110,7 +110,7 @@ class VAE(DPModel):
         x = tf.convert_to_tensor(x, tf.float32)
         mean, logvar = self.encode(x, training)
         batch = tf.shape(mean)[0]
-        eps = tf.random.normal(tf.stack([batch, self.num_samples, self.latent_dim]))
+        eps = self.rng.normal(tf.stack([batch, self.num_samples, self.latent_dim]))
         z = mean[:, None, :] + tf.exp(0.5 * logvar)[:, None, :] * eps                   # [B, L, D]
         # Decode all L samples at once, rows example-major ([B, L] flattened) as the engine expects.
         params = self.decode_params(tf.reshape(z, [-1, self.latent_dim]), training)
@@ -127,7 +127,7 @@ class VAE(DPModel):
         if self.regularizer is None:
             return LossTerms(sample)
         grouped = [layout.gather(t) for t in (z[:, 0], mean, logvar)]
-        reg = self.regularizer(*grouped, layout.mask, self.prior)
+        reg = self.regularizer(*grouped, layout.mask, self.prior, self.rng)
         return LossTerms(sample, {"reg": self.alpha * reg})
 
     # -- saving ----------------------------------------------------------------------------------

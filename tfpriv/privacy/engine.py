@@ -30,6 +30,7 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy.clipping import FastPass, VectorizedPass
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
 from tfpriv.privacy.per_example import per_example_pass
+from tfpriv.privacy.rng import stream_generator
 from tfpriv.privacy.taps import TapRecorder, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
@@ -62,16 +63,38 @@ class DPGradientEngine:
         if not self.variables:
             raise ConfigError("DP engine: the model has no trainable variables (build it before compiling)")
         self.batch_terms = config.batch_terms_active(spec.has_batch_terms)
+        self._refuse_split_batch_terms(tf.distribute.get_strategy().num_replicas_in_sync)
         # Validates the mode against the terms now (e.g. micro + batch term needs max_batch_size).
         self.sensitivity = config.sensitivity(spec.has_batch_terms) if config.private else math.inf
         self.recorder = (TapRecorder(roots, self.variables)
                          if config.private and config.clipping == "fast" and config.aggregation != "batch" else None)
         if self.per_example:
             require_layer_owned(roots, self.variables)
-        if config.seed is None:
-            self.generator = tf.random.Generator.from_non_deterministic_state()
-        else:
-            self.generator = tf.random.Generator.from_seed(config.seed)
+        self.generator = stream_generator(config.seed, "noise")
+
+    def _refuse_split_batch_terms(self, replicas: int) -> None:
+        """Refuses cross-example clipping groups when a strategy splits the batch across replicas.
+
+        Keras splits a batch by position, so each replica would clip its own share of the batch
+        (batch mode, micro's psi(batch)) or its own partitions: adding one example can move a
+        boundary example to the other replica and change two groups, more than the sensitivity
+        the accountant uses (audit: ratios 1.59 batch, 1.42 termwise). Per-example groups
+        (sample-wise terms, singleton partitions) do not depend on the split.
+        """
+        cfg = self.config
+        if replicas <= 1 or not cfg.private:
+            return
+        groups = {"batch": "the batch's gradient is clipped as one group",
+                  "micro": "every example's loss holds psi(batch)",
+                  "termwise": "partitions would be formed per replica"}
+        split = cfg.aggregation == "batch" or (self.batch_terms and (
+            cfg.aggregation == "micro" or cfg.num_partitions != SINGLETON_PARTITIONS))
+        if split:
+            raise ConfigError(
+                f"DP engine: aggregation={cfg.aggregation!r} clips groups of several examples "
+                f"({groups[cfg.aggregation]}) and cannot run on {replicas} replicas: a strategy splits the batch "
+                "by position, which changes the groups and the sensitivity. Use one replica, or termwise with "
+                "num_partitions=0 (singleton partitions) or batch_clip=0")
 
     @property
     def per_example(self) -> bool:

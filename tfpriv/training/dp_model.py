@@ -13,6 +13,7 @@ import tensorflow as tf
 from tfpriv.privacy.accounting import PrivacyLedger
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.rng import stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 NON_PRIVATE = DPConfig(aggregation="none", num_partitions=1)
@@ -27,12 +28,21 @@ class DPModel(tf.keras.Model):
     def loss_terms(self, x, layout: BatchLayout, training: bool = True) -> LossTerms:
         raise NotImplementedError(f"{type(self).__name__} must compute its loss terms")
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Randomness inside the loss (reparameterisation, prior samples) draws from `rng`;
+        # compile re-seeds it from the DP config's seed. Not tracked by Keras
+        # (object.__setattr__): the runner checkpoints it with the ledger.
+        object.__setattr__(self, "rng", stream_generator(None, "loss"))
+
     def compile(self, optimizer="adam", dp: DPConfig | None = None, **kwargs):
         super().compile(optimizer=optimizer, **kwargs)
         # Not tracked by Keras (object.__setattr__): the engine's RNG and the ledger are
         # saved through `tf.train.Checkpoint` by the training runner, not in model weights.
         object.__setattr__(self, "dp_config", dp if dp is not None else NON_PRIVATE)
         object.__setattr__(self, "engine", None)
+        with self.distribute_strategy.scope():
+            object.__setattr__(self, "rng", stream_generator(self.dp_config.seed, "loss"))
         if getattr(self, "ledger", None) is None:
             with self.distribute_strategy.scope():
                 object.__setattr__(self, "ledger", PrivacyLedger())

@@ -1,9 +1,11 @@
 """Planning and running private training: noise calibration, checkpoints, resume, budget.
 
 `plan_privacy` turns flags into a `PrivacyPlan` (validated, noise calibrated for a target
-epsilon when one is given); `fit_private` runs `model.fit` with Poisson or shuffled
-batches, epsilon logged every epoch, a hard `max_epsilon` stop, TensorBoard logs and
-checkpoints that carry the privacy ledger, so a resumed run continues its epsilon.
+epsilon when one is given, given the ledger of the run it resumes); `fit_private` runs
+`model.fit` with Poisson or shuffled batches, epsilon logged every epoch, a hard
+`max_epsilon` stop, TensorBoard logs and checkpoints that carry the privacy ledger, the
+sampling seed and every RNG of the step, so a resumed run continues its epsilon and draws
+exactly the batches, partitions and noise the uninterrupted run would have drawn.
 """
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.data.sampling import SHUFFLE_CAVEAT, default_max_batch_size, make_dataset
+from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
+                                  sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import calibrate_noise
+from tfpriv.privacy.accounting import PrivacyLedger, Segment, calibrate_noise, epsilon_for
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
@@ -37,6 +40,11 @@ class PrivacyPlan:
     delta: float
     target_epsilon: float | None
     max_epsilon: float | None
+    history: tuple[Segment, ...] = ()  # the ledger of the run this plan continues
+
+    @property
+    def steps_taken(self) -> int:
+        return sum(int(s[2]) for s in self.history)
 
     @property
     def effective_noise_multiplier(self) -> float:
@@ -66,6 +74,9 @@ class PrivacyPlan:
             "target_epsilon": self.target_epsilon,
             "max_epsilon": self.max_epsilon,
         }
+        if self.history:
+            out["resumed_from"] = {"steps": self.steps_taken, "epsilon": epsilon_for(self.history, self.delta),
+                                   "segments": [list(seg) for seg in self.history]}
         if self.sampling == "shuffle" and cfg.private:
             out["epsilon_caveat"] = SHUFFLE_CAVEAT
         return out
@@ -73,8 +84,13 @@ class PrivacyPlan:
 
 def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size: int, epochs: int,
                  sampling: str = "poisson", delta: float | None = None, target_epsilon: float | None = None,
-                 max_epsilon: float | None = None) -> PrivacyPlan:
-    """Validates the privacy flags together and calibrates the noise for a target epsilon."""
+                 max_epsilon: float | None = None, history: Sequence[Segment] = ()) -> PrivacyPlan:
+    """Validates the privacy flags together and calibrates the noise for a target epsilon.
+
+    `history`: the ledger segments of the run being resumed (`read_ledger(output_dir)`). With a
+    target epsilon the noise is calibrated so that history + the remaining planned steps end at
+    the target, not the planned steps alone (which would overshoot it).
+    """
     if epochs < 1:
         raise ConfigError(f"--epochs: must be >= 1, got {epochs}")
     if not 1 <= batch_size <= num_examples:
@@ -87,45 +103,84 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
     for flag, value in (("--epsilon", target_epsilon), ("--max_epsilon", max_epsilon)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag}: must be a positive finite number, got {value}")
-    _, q, steps_per_epoch = make_dataset(np.zeros([num_examples, 1], np.float32), batch_size, sampling)
+    q, steps_per_epoch = sampling_rate_and_steps(num_examples, batch_size, sampling)
     config = config.replace(expected_batch_size=float(batch_size))  # re-validates b <= B
     has_batch = spec.has_batch_terms
     if config.aggregation == "micro" and config.batch_terms_active(has_batch) and config.max_batch_size is None:
         cap = batch_size if sampling == "shuffle" else default_max_batch_size(num_examples, q)
         config = config.replace(max_batch_size=min(cap, num_examples))
-    if config.private and target_epsilon is not None:
-        effective = calibrate_noise(target_epsilon, delta, q, steps_per_epoch * epochs)
-        config = config.replace(noise_multiplier=config.noise_multiplier_for(effective, has_batch))
     config.sensitivity(has_batch)  # raises for configurations that cannot be accounted
-    return PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
+    plan = PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
                        delta, target_epsilon, max_epsilon)
+    return continue_plan(plan, history)
+
+
+def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
+    """`plan` for a run whose ledger already holds `history`: noise re-calibrated for a target epsilon."""
+    history = tuple((float(q), float(z), int(n)) for q, z, n in history if int(n) > 0)
+    plan = dataclasses.replace(plan, history=history)
+    config = plan.config
+    remaining = plan.planned_steps - plan.steps_taken
+    if config.private and plan.target_epsilon is not None and remaining > 0:
+        effective = calibrate_noise(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining, history)
+        plan = dataclasses.replace(plan, config=config.replace(
+            noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
+    return plan
+
+
+def read_ledger(output_dir: str) -> list[Segment]:
+    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run)."""
+    latest = tf.train.latest_checkpoint(os.path.join(output_dir, "checkpoints"))
+    if latest is None:
+        return []
+    ledger = PrivacyLedger()
+    tf.train.Checkpoint(ledger=ledger).restore(latest).expect_partial()
+    return ledger.segments()
+
+
+class RunState(tf.Module):
+    """What a run's mechanism owns besides the model and ledger, saved in every checkpoint:
+    the sampling seed (batches are a function of (seed, step)) and the completed epochs."""
+
+    def __init__(self, sampling_seed: int):
+        super().__init__(name="run_state")
+        self.sampling_seed = tf.Variable(sampling_seed, dtype=tf.int64, trainable=False, name="sampling_seed")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
 
 
 def fit_private(model: DPModel, arrays, plan: PrivacyPlan, optimizer: tf.keras.optimizers.Optimizer,
                 output_dir: str, seed: int | None = None, verbose: int = 2,
                 extra_callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> dict:
-    """Compiles and fits `model` under `plan`; resumes from `output_dir/checkpoints` if present."""
-    dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling, seed)
+    """Compiles and fits `model` under `plan`; resumes from `output_dir/checkpoints` if present.
+
+    `seed` seeds the batch sampling (None: a fresh seed from the OS); on resume the seed saved
+    in the checkpoint is used, and batches continue from the steps already taken.
+    """
+    history = read_ledger(output_dir)
+    if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
+        plan = continue_plan(plan, history)
+    probe, _, _ = make_dataset(arrays, plan.batch_size, plan.sampling, 0)
     model.compile(optimizer=optimizer, dp=plan.config)
-    first = next(iter(dataset))
-    engine = model.prepare(first)
-    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    engine = model.prepare(next(iter(probe)))
+    state = RunState(new_sampling_seed() if seed is None else seed)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, ledger=model.ledger,
-                                     generator=engine.generator, epoch=epoch)
+                                     generator=engine.generator, loss_rng=model.rng, run=state)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, "checkpoints"), max_to_keep=2)
     resumed = manager.latest_checkpoint is not None
     if resumed:
-        checkpoint.restore(manager.latest_checkpoint)
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling,
+                                               int(state.sampling_seed.numpy()), int(optimizer.iterations.numpy()))
     noise = plan.effective_noise_multiplier
     if plan.config.private:
         model.ledger.begin(q, noise)
     privacy = PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon) if plan.config.private else None
     callbacks = ([privacy] if privacy else []) + [
-        CheckpointCallback(manager, epoch),
+        CheckpointCallback(manager, state.epoch),
         tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
         *extra_callbacks,
     ]
-    initial_epoch = int(epoch.numpy())
+    initial_epoch = int(state.epoch.numpy())
     history = {}
     if initial_epoch < plan.epochs and not (privacy and privacy.allowed == 0):
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
@@ -136,8 +191,9 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan, optimizer: tf.keras.o
     return {
         "epsilon": epsilon,
         "steps": steps,
-        "epochs_completed": int(epoch.numpy()),
+        "epochs_completed": int(state.epoch.numpy()),
         "resumed": resumed,
         "budget_reached": bool(privacy and privacy.budget_reached),
         "history": history,
+        "plan": plan,
     }

@@ -1,0 +1,158 @@
+"""A seeded run stopped and resumed equals the uninterrupted run, step for step (issue: a resumed
+run replayed its Poisson batches, so the accountant's fresh-sampling assumption failed)."""
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
+from tfpriv.gan.dpgan import make_dpgan, rmsprop
+from tfpriv.gan.training import fit_gan
+from tfpriv.models.architectures import build_architecture
+from tfpriv.models.divergences import make_divergence
+from tfpriv.models.priors import make_prior
+from tfpriv.models.vae import VAE
+from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.terms import TermSpec
+from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
+
+N = 120
+
+
+def _weights(variables) -> list[np.ndarray]:
+    return [v.numpy() for v in variables]
+
+
+def _assert_identical(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+# -- VAE (termwise, b = 2 random partitions, MMD with prior samples drawn in the loss) ---------
+def _vae_run(directory, epochs):
+    tf.keras.utils.set_random_seed(0)
+    enc, dec = build_architecture("mlp", [12], 3)
+    model = VAE(enc, dec, prior=make_prior("sparse", 3), alpha=5.0, regularizer=make_divergence("mmd"))
+    cfg = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=1.5,
+                   num_partitions=2, seed=3)
+    plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3)
+    x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
+    out = fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-2), str(directory), seed=7, verbose=0)
+    return model, out
+
+
+def test_vae_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
+    straight, out = _vae_run(tmp_path / "straight", epochs=2)
+    _vae_run(tmp_path / "resumed", epochs=1)
+    resumed, out2 = _vae_run(tmp_path / "resumed", epochs=2)
+    assert out2["resumed"] and out2["steps"] == out["steps"] == 20
+    assert out2["epsilon"] == out["epsilon"]
+    _assert_identical(_weights(resumed.trainable_variables), _weights(straight.trainable_variables))
+    # the second epoch's logged losses equal the straight run's second epoch
+    assert out2["history"]["loss"][-1] == out["history"]["loss"][-1]
+
+
+# -- GAN (DPGAN critic, generator step every 2nd critic step) -------------------------------------
+def _gan_run(directory, epochs):
+    tf.keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    images = rng.random((200, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, 200).astype(np.int32)
+    model = make_dpgan(capacity=2, latent_size=4, num_classes=10, critic_steps=2, seed=0)
+    config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1, expected_batch_size=20.0,
+                      clipping="fast", seed=0, verify=False)
+    plan = plan_privacy(config, TermSpec(sample=("wasserstein",)), 200, 20, epochs, "poisson", 1e-3)
+    fit = fit_gan(model, images, labels, plan, rmsprop(1e-3), rmsprop(1e-3), str(directory), seed=5, verbose=0)
+    return model, fit
+
+
+def test_gan_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
+    straight, out = _gan_run(tmp_path / "straight", epochs=2)
+    _gan_run(tmp_path / "resumed", epochs=1)
+    resumed, out2 = _gan_run(tmp_path / "resumed", epochs=2)
+    assert out2["resumed"] and out2["critic_steps"] == out["critic_steps"] == 20
+    assert out2["epsilon"] == out["epsilon"]
+    _assert_identical(_weights(resumed.critic.trainable_variables), _weights(straight.critic.trainable_variables))
+    _assert_identical(_weights(resumed.generator.trainable_variables), _weights(straight.generator.trainable_variables))
+
+
+# -- filter stage 1 (micro DP-SGD VAE, checkpoints in a folder) -----------------------------------
+def _stage1_run(directory, epochs):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, 7)).astype(np.float32)
+    ds = types.SimpleNamespace(name="abalone", x_train=x, x_test=x[:40], likelihood="gaussian", kind="tabular")
+    tf.keras.utils.set_random_seed(0)
+    vae, _ = build_stage1_vae(ds, 4, robust_decoder=1.0)
+    dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=1.0, num_partitions=1, seed=1)
+    plan = plan_stage1_privacy(vae, dp, N, 20, epochs, delta=1e-3)
+    st = train_stage1(ds, 4, epochs=epochs, batch_size=20, robust_decoder=1.0, plan=plan, vae=vae,
+                      checkpoint_dir=str(directory), sampling_seed=2)
+    return st.info["vae"], st.info
+
+
+def test_filter_stage1_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
+    straight, info = _stage1_run(tmp_path / "straight", epochs=2)
+    _stage1_run(tmp_path / "resumed", epochs=1)
+    resumed, info2 = _stage1_run(tmp_path / "resumed", epochs=2)
+    assert info2["privacy"]["resumed"] and info2["privacy"]["steps"] == info["privacy"]["steps"] == 12
+    _assert_identical(_weights(resumed.variables), _weights(straight.variables))
+
+
+# -- --epsilon on a resumed run: calibrated for the remaining budget ----------------------------
+def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
+    def run(epochs, target):
+        tf.keras.utils.set_random_seed(0)
+        enc, dec = build_architecture("mlp", [12], 3)
+        model = VAE(enc, dec)
+        cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
+        history = read_ledger(str(tmp_path))
+        plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=target,
+                            history=history)
+        x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
+        return plan, fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
+
+    first_plan, first = run(1, 2.0)
+    assert first["epsilon"] == pytest.approx(2.0, rel=1e-3)
+    # Resume to 3 epochs at the same target: the old code calibrated 3 epochs from scratch on top
+    # of the first one's spending and overshot the target.
+    plan, out = run(3, 2.0)
+    assert plan.steps_taken == 10 and plan.summary()["resumed_from"]["steps"] == 10
+    assert out["steps"] == 30
+    assert out["epsilon"] <= 2.0 * (1 + 1e-3) and out["epsilon"] == pytest.approx(2.0, rel=1e-3)
+    assert plan.config.noise_multiplier > first_plan.config.noise_multiplier  # 20 more steps, less budget each
+    segments = read_ledger(str(tmp_path))
+    assert [s[2] for s in segments] == [10, 20]
+    assert out["epsilon"] == pytest.approx(epsilon_for(segments, 1e-3))
+
+
+def test_target_epsilon_already_spent_is_refused(tmp_path):
+    def plan_for(target, history=()):
+        enc, dec = build_architecture("mlp", [12], 3)
+        cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
+        return plan_privacy(cfg, VAE(enc, dec).term_spec(), N, 12, 2, delta=1e-3, target_epsilon=target,
+                            history=history)
+
+    spent = [(0.1, 0.8, 10)]
+    from tfpriv.errors import ConfigError
+    with pytest.raises(ConfigError, match="--epsilon: target 1 is already spent"):
+        plan_for(1.0, spent)
+    assert epsilon_for(spent, 1e-3) > 1.0
+
+
+def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path):
+    """A library user who plans without `history` still stops at the target on resume."""
+    def run(epochs):
+        tf.keras.utils.set_random_seed(0)
+        enc, dec = build_architecture("mlp", [12], 3)
+        model = VAE(enc, dec)
+        cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
+        plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=3.0)
+        x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
+        return fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
+
+    run(1)
+    out = run(2)
+    assert out["epsilon"] == pytest.approx(3.0, rel=1e-3) and out["plan"].steps_taken == 10
