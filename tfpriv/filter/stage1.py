@@ -42,6 +42,7 @@ class _MinimalVAE(tf.keras.Model):
         self.likelihood, self.beta = likelihood, float(beta)
         self.extra_sample_terms = dict(extra_sample_terms or {})
         self.loss_tracker = tf.keras.metrics.Mean(name="loss")
+        self.rng = tf.random.Generator.from_non_deterministic_state()  # what extra terms draw from
 
     @property
     def metrics(self):
