@@ -107,7 +107,7 @@ def vae_section(kind: str, b: int, steps: int, repeats: int) -> list[dict]:
                   regularizer=CauchyMMD() if with_mmd else None)
         dp = None if kw is None else DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0,
                                               expected_batch_size=b, verify=False, **kw)
-        vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp)
+        vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=len(x) if dp else None)
         timed[name] = Timed(vae, x, steps)
     return _round_robin(f"{kind}_vae", timed, repeats)
 
@@ -174,7 +174,8 @@ def classifier_section(b: int, steps: int, repeats: int) -> list[dict]:
 
     ours = _Classifier()
     ours.compile(tf.keras.optimizers.SGD(1e-3),
-                 dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b, verify=False))
+                 dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b, verify=False),
+                 num_examples=len(x))
     timed["tfpriv micro (ghost norms + book-keeping)"] = Timed(ours, (x, y), steps)
 
     fast = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.0, layer_registry=layer_registry.make_default_layer_registry(),

@@ -1,3 +1,13 @@
-"""tfpriv: differentially private generative modelling in TensorFlow/Keras."""
+"""tfpriv: differentially private generative modelling in TensorFlow/Keras.
+
+Top level: `DPConfig` (how a loss is privatized), `make_private` (DP-SGD for your own Keras
+model), `DPModel` (the base of every private model family).
+"""
 
 __version__ = "0.1.0"
+
+from tfpriv.privacy.config import DPConfig  # noqa: E402
+from tfpriv.training.dp_model import DPModel  # noqa: E402
+from tfpriv.training.private_model import PrivateModel, make_private  # noqa: E402
+
+__all__ = ["DPConfig", "DPModel", "PrivateModel", "make_private", "__version__"]

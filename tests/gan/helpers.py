@@ -9,6 +9,9 @@ from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
 from tfpriv.privacy.config import DPConfig
 
 
+N_TRAIN = 1000  # the training-set size the tiny GANs are accounted for
+
+
 def dp(clip: float = 1.0, noise: float = 1.0, batch: float = 8.0, clipping: str = "per_example", seed: int = 0,
        verify: bool = True) -> DPConfig:
     return DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=noise, expected_batch_size=batch,
@@ -18,14 +21,14 @@ def dp(clip: float = 1.0, noise: float = 1.0, batch: float = 8.0, clipping: str 
 def tiny_wgan(config: DPConfig, conditional: bool = False, critic_steps: int = 1, d_optimizer=None):
     model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=10 if conditional else None,
                            critic_steps=critic_steps, seed=0, generator_batch_size=4)
-    model.compile(d_optimizer or dp_adam(1e-3), dp_adam(1e-3), dp=config)
+    model.compile(d_optimizer or dp_adam(1e-3), dp_adam(1e-3), dp=config, num_examples=N_TRAIN)
     return model
 
 
 def tiny_dpgan(config: DPConfig, conditional: bool = False, critic_steps: int = 2):
     model = make_dpgan(capacity=2, latent_size=4, num_classes=10 if conditional else None,
                        critic_steps=critic_steps, seed=0, generator_batch_size=4)
-    model.compile(rmsprop(1e-3), rmsprop(1e-3), dp=config)
+    model.compile(rmsprop(1e-3), rmsprop(1e-3), dp=config, num_examples=N_TRAIN)
     return model
 
 
@@ -60,7 +63,7 @@ def naive_per_example_grads(model, inputs: dict) -> list[list[np.ndarray]]:
     out = []
     for i in range(n):
         with tf.GradientTape() as tape:
-            terms = model.critic_loss_fn(row(inputs, i), None)
+            terms = model.loss_fn(row(inputs, i), None)
             loss = tf.reduce_sum(terms.sample_total())
         grads = tape.gradient(loss, model.critic.trainable_variables,
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)

@@ -20,7 +20,7 @@ def test_fast_path_clips_each_example_at_c_g_like_a_naive_loop():
     engine = type(model.engine)(dp(clip=c_g, clipping="fast"), model.critic, model.spec,
                                 variables=model.critic.trainable_variables)
     assert engine.recorder is not None  # the ghost-norm path, not per-example Jacobians
-    out = engine.clipped_sums(model.critic_loss_fn, inputs)
+    out = engine.clipped_sums(model.loss_fn, inputs)
     np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
     expected = [sum(g[k] * min(1.0, c_g / n) for g, n in zip(naive, norms)) for k in range(len(naive[0]))]
     for got, want in zip(out["sample"], expected):

@@ -1,13 +1,13 @@
-"""fit_gan: one ledger step per critic step, resume continues epsilon, the budget stop holds."""
+"""A GAN through fit_private: one ledger step per critic step, resume continues epsilon, the budget stop holds."""
 import numpy as np
 import pytest
 
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
-from tfpriv.gan.training import fit_gan
+from tfpriv.gan.training import Limit
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
-from tfpriv.training.runner import plan_privacy
+from tfpriv.training.runner import fit_private, plan_privacy
 
 N, B, Z = 400, 4, 1.1  # q = 0.01: an epoch is 100 critic steps
 
@@ -21,8 +21,10 @@ def _fit(tmp_path, epochs, max_epsilon=None, max_steps=None):
                       clipping="fast", seed=0, verify=False)
     plan = plan_privacy(config, TermSpec(sample=("wasserstein",)), N, B, epochs, "poisson", 1e-5,
                         max_epsilon=max_epsilon)
-    fit = fit_gan(model, images, labels, plan, rmsprop(1e-3), rmsprop(1e-3), str(tmp_path), seed=0, verbose=0,
-                  max_steps=max_steps)
+    g_opt = rmsprop(1e-3)
+    fit = fit_private(model, (images, labels), plan, (rmsprop(1e-3), g_opt), str(tmp_path), seed=0, verbose=0,
+                      extra_callbacks=[Limit(max_steps=max_steps)])
+    fit.update(critic_steps=fit["train_steps"], generator_steps=int(g_opt.iterations.numpy()))
     return fit, plan
 
 

@@ -40,7 +40,7 @@ def test_clipped_sum_equals_naive_per_example_loop_not_clip_of_average(cond_mode
     for clipping in ("per_example", "vectorized"):
         engine = DPGradientEngine(dp(clip=clip, batch=8.0, clipping=clipping), cond_model.critic, cond_model.spec,
                                   variables=cond_model.critic.trainable_variables)
-        out = engine.clipped_sums(cond_model.critic_loss_fn, inputs)
+        out = engine.clipped_sums(cond_model.loss_fn, inputs)
         np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
         for got, want in zip(out["sample"], expected):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-6)
@@ -56,8 +56,8 @@ def test_one_example_moves_the_clipped_sum_by_at_most_c(cond_model):
     base = critic_inputs(5, conditional=True, seed=2)
     outlier = critic_inputs(1, conditional=True, seed=3, scale=50.0)  # a huge per-example gradient
     both = {k: tf.concat([base[k], outlier[k]], 0) for k in base}
-    s0 = engine.clipped_sums(cond_model.critic_loss_fn, base)["sample"]
-    s1 = engine.clipped_sums(cond_model.critic_loss_fn, both)
+    s0 = engine.clipped_sums(cond_model.loss_fn, base)["sample"]
+    s1 = engine.clipped_sums(cond_model.loss_fn, both)
     assert np.sqrt(s1["sample_sq_norms"].numpy()[-1]) > 20 * clip
     moved = global_norm([(a - b).numpy() for a, b in zip(s1["sample"], s0)])
     assert moved == pytest.approx(clip, rel=1e-4)
@@ -73,7 +73,7 @@ def test_whole_critic_is_clipped_jointly(cond_model):
     # Every critic variable (and nothing else) is in the one clipped vector.
     assert {id(v) for v in engine.variables} == {id(v) for v in cond_model.critic.trainable_variables}
     assert not {id(v) for v in engine.variables} & {id(v) for v in cond_model.generator.trainable_variables}
-    clipped = [g.numpy() for g in engine.clipped_sums(cond_model.critic_loss_fn, inputs)["sample"]]
+    clipped = [g.numpy() for g in engine.clipped_sums(cond_model.loss_fn, inputs)["sample"]]
     assert global_norm(clipped) == pytest.approx(clip, rel=1e-4)
     factor = clip / global_norm(raw)
     for c, r in zip(clipped, raw):  # one factor for all groups (kernels, biases, every layer)
@@ -91,7 +91,7 @@ def test_noise_std_of_averaged_critic_gradient_is_z_c_over_expected_batch(cond_m
                               cond_model.critic, cond_model.spec, variables=cond_model.critic.trainable_variables)
     spec = {"image": tf.TensorSpec([None, 28, 28, 1]), "fake": tf.TensorSpec([None, 28, 28, 1]),
             "mix": tf.TensorSpec([None]), "label": tf.TensorSpec([None], tf.int32)}
-    private_gradient = tf.function(lambda x: engine.gradients(cond_model.critic_loss_fn, x)[0], input_signature=[spec])
+    private_gradient = tf.function(lambda x: engine.gradients(cond_model.loss_fn, x)[0], input_signature=[spec])
     for batch in (3, 12):  # two realised (Poisson) sizes, one expected batch size
         inputs = critic_inputs(batch, conditional=True, seed=5)
         draws = [np.concatenate([g.numpy().ravel() for g in private_gradient(inputs)]) for _ in range(3)]
@@ -107,7 +107,7 @@ def test_verify_refuses_fast_clipping_for_the_gradient_penalty(cond_model):
     fast = DPGradientEngine(dp(clipping="fast"), cond_model.critic, cond_model.spec,
                             variables=cond_model.critic.trainable_variables)
     with pytest.raises(ConfigError, match="fast clipping is not exact"):
-        fast.verify(cond_model.critic_loss_fn, critic_inputs(4, conditional=True, seed=6))
+        fast.verify(cond_model.loss_fn, critic_inputs(4, conditional=True, seed=6))
     with pytest.raises(ConfigError, match="^--clipping: the gradient penalty"):
         tiny_wgan(dp(clipping="fast", verify=False))
 
@@ -153,7 +153,7 @@ def test_generator_ema_is_the_average_of_the_generator_trajectory():
     """--generator_ema: post-processing of the generator's own updates (no data, no privacy cost)."""
     from tfpriv.gan.wgan_gp import dp_adam
     model = make_dpwgan_gp(capacity=2, latent_size=4, seed=0, generator_batch_size=4)
-    model.compile(dp_adam(1e-3), dp_adam(1e-2, ema=0.9), dp=dp())
+    model.compile(dp_adam(1e-3), dp_adam(1e-2, ema=0.9), dp=dp(), num_examples=1000)
     model.prepare(real_batch(4))
     variables = model.generator.trainable_variables
     average = [v.numpy() for v in variables]

@@ -61,7 +61,7 @@ def test_every_mode_trains_every_prior_divergence_pair(prior, regularizer):
         vae = small_vae(prior, regularizer, num_samples=2)
         dp = DPConfig(aggregation=aggregation, l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=0.5,
                       num_partitions=2, expected_batch_size=16, max_batch_size=40)
-        vae.compile(tf.keras.optimizers.Adam(1e-2), dp=dp)
+        vae.compile(tf.keras.optimizers.Adam(1e-2), dp=dp, num_examples=len(x))
         before = [w.copy() for w in vae.get_weights()]
         hist = vae.fit(tf.data.Dataset.from_tensor_slices(x).batch(16), epochs=1, verbose=0)
         assert np.isfinite(hist.history["loss"][-1])

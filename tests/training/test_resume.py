@@ -8,7 +8,6 @@ import tensorflow as tf
 
 from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
-from tfpriv.gan.training import fit_gan
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
@@ -65,7 +64,7 @@ def _gan_run(directory, epochs):
     config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1, expected_batch_size=20.0,
                       clipping="fast", seed=0, verify=False)
     plan = plan_privacy(config, TermSpec(sample=("wasserstein",)), 200, 20, epochs, "poisson", 1e-3)
-    fit = fit_gan(model, images, labels, plan, rmsprop(1e-3), rmsprop(1e-3), str(directory), seed=5, verbose=0)
+    fit = fit_private(model, (images, labels), plan, (rmsprop(1e-3), rmsprop(1e-3)), str(directory), seed=5, verbose=0)
     return model, fit
 
 
@@ -73,7 +72,7 @@ def test_gan_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
     straight, out = _gan_run(tmp_path / "straight", epochs=2)
     _gan_run(tmp_path / "resumed", epochs=1)
     resumed, out2 = _gan_run(tmp_path / "resumed", epochs=2)
-    assert out2["resumed"] and out2["critic_steps"] == out["critic_steps"] == 20
+    assert out2["resumed"] and out2["train_steps"] == out["train_steps"] == 20
     assert out2["epsilon"] == out["epsilon"]
     _assert_identical(_weights(resumed.critic.trainable_variables), _weights(straight.critic.trainable_variables))
     _assert_identical(_weights(resumed.generator.trainable_variables), _weights(straight.generator.trainable_variables))

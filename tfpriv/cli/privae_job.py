@@ -1,7 +1,6 @@
 """`--model=privae`: train a (private) VAE, evaluate it, write results.json and figures."""
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -107,8 +106,6 @@ def run(output_dir: str) -> dict:
                         FLAGS.max_epsilon, history=read_ledger(output_dir))
     optimizer = _optimizer(FLAGS.optimizer, FLAGS.learning_rate)
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "privacy_plan.json"), "w") as f:
-        json.dump(plan.summary(), f, indent=2, default=str)
     start = time.time()
     fit = fit_private(vae, dataset.x_train, plan, optimizer, output_dir, seed=FLAGS.seed, verbose=FLAGS.verbose)
     train_seconds = time.time() - start

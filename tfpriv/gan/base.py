@@ -23,14 +23,13 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import PrivacyLedger
 from tfpriv.privacy.config import DPConfig
-from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rng import stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
+from tfpriv.training.dp_model import DPModel
 
 
-class PrivateWGAN(tf.keras.Model):
+class PrivateWGAN(DPModel):
     """Base of DP-WGAN-GP and DPGAN. Subclasses define `spec` and `critic_terms`."""
 
     spec = TermSpec(sample=("wasserstein",))
@@ -40,65 +39,63 @@ class PrivateWGAN(tf.keras.Model):
                  seed: int | None = None, **kwargs):
         super().__init__(**kwargs)
         if critic_steps < 1:
-            raise ConfigError(f"--critic_steps: must be >= 1, got {critic_steps}")
+            raise ConfigError(f"critic_steps: must be >= 1, got {critic_steps}")
         if generator_batch_size is not None and generator_batch_size < 1:
-            raise ConfigError(f"--batch_size: generator batch must be >= 1, got {generator_batch_size}")
+            raise ConfigError(f"generator_batch_size: must be >= 1, got {generator_batch_size}")
         self.generator, self.critic = generator, critic
         self.latent_size = int(latent_size)
         self.num_classes = num_classes
         self.critic_steps = int(critic_steps)
         self.generator_batch_size = generator_batch_size
-        # Latents, interpolation weights and generator labels (the DP noise has its own RNG in the engine).
-        self.rng = stream_generator(seed, "loss")
-        self.critic_step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="critic_step_count")
-        self.trackers = {name: tf.keras.metrics.Mean(name=name) for name in ("d_loss", "w_distance", "penalty", "g_loss")}
+        self.seed = seed  # latents, interpolation weights and generator labels: the model's loss stream
 
     @property
     def conditional(self) -> bool:
         return self.num_classes is not None
 
-    # -- compile / prepare -------------------------------------------------------------------
+    # -- the DPModel contract ------------------------------------------------------------------
     def compile(self, d_optimizer: tf.keras.optimizers.Optimizer, g_optimizer: tf.keras.optimizers.Optimizer,
                 dp: DPConfig, **kwargs):
-        """dp: the critic's privatization (aggregation="micro"; "none" for a non-private baseline)."""
+        """dp: the critic's privatization (aggregation="micro"; "none" for a non-private baseline).
+        kwargs: num_examples, delta, max_epsilon (see `DPModel.compile`)."""
         if dp.private and dp.aggregation != "micro":
-            raise ConfigError(f"--aggregation: a private GAN critic needs per-example clipping (micro), got {dp.aggregation!r}")
+            raise ConfigError(f"aggregation: a private GAN critic needs per-example clipping (micro), got {dp.aggregation!r}")
         self.check_config(dp)
-        super().compile(**kwargs)
-        self.d_optimizer, self.g_optimizer = d_optimizer, g_optimizer
-        object.__setattr__(self, "dp_config", dp)
-        object.__setattr__(self, "engine", None)
-        if getattr(self, "ledger", None) is None:
-            object.__setattr__(self, "ledger", PrivacyLedger())
+        super().compile(optimizer=d_optimizer, dp=dp, **kwargs)
+        self.g_optimizer = g_optimizer
+        if self.seed is not None and dp.seed is None:
+            object.__setattr__(self, "rng", stream_generator(self.seed, "loss"))
+
+    @property
+    def d_optimizer(self) -> tf.keras.optimizers.Optimizer:
+        return self.optimizer
 
     def check_config(self, dp: DPConfig) -> None:
         """Refuses configurations the model's loss cannot be privatized correctly with."""
         return None
 
-    def prepare(self, sample_batch) -> DPGradientEngine:
-        """Builds both networks, optimizers and the critic's engine; verifies its clipping path once."""
-        if getattr(self, "engine", None) is not None:
-            return self.engine
-        if not hasattr(self, "dp_config"):
-            raise RuntimeError("call compile() before fit()")
-        inputs = self.critic_inputs(sample_batch)
-        self.critic(self._critic_in(inputs["image"], inputs.get("label")))
-        engine = DPGradientEngine(self.dp_config, self.critic, self.spec, variables=self.critic.trainable_variables)
-        object.__setattr__(self, "engine", engine)
-        self.d_optimizer.build(self.critic.trainable_variables)
+    def term_spec(self) -> TermSpec:
+        return self.spec
+
+    def private_root(self) -> tf.Module:
+        return self.critic
+
+    def private_inputs(self, data) -> dict:
+        """Batches are (images,) / (images, labels) or {"image"[, "label"]}: the critic's inputs."""
+        batch = data
+        if isinstance(data, tuple):
+            batch = {"image": data[0]} if len(data) == 1 else {"image": data[0], "label": data[1]}
+        return self.critic_inputs(batch)
+
+    def build_extra(self, sample_batch) -> None:
         self.g_optimizer.build(self.generator.trainable_variables)
-        if self.dp_config.private and self.dp_config.verify:
-            engine.verify(self.critic_loss_fn, inputs)
-        return engine
 
-    def fit(self, x=None, *args, **kwargs):
-        if getattr(self, "engine", None) is None:
-            self.prepare(next(iter(x)))
-        return super().fit(x, *args, **kwargs)
+    def loss_terms(self, inputs, layout: BatchLayout, training: bool = True) -> LossTerms:
+        """The engine's loss: example i's terms from row i of image/fake/mix/label only."""
+        return LossTerms(sample=self.critic_terms(inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]))
 
-    @property
-    def metrics(self):
-        return list(self.trackers.values())
+    def metric_names(self) -> list[str]:
+        return ["d_loss", "w_distance", "penalty", "g_loss"]
 
     # -- inputs --------------------------------------------------------------------------------
     def _latent(self, n) -> tf.Tensor:
@@ -138,14 +135,6 @@ class PrivateWGAN(tf.keras.Model):
         """Named per-example loss terms [B], summing to example i's critic loss."""
         raise NotImplementedError(f"{type(self).__name__} must define its per-example critic terms")
 
-    def critic_loss_fn(self, inputs, layout: BatchLayout) -> LossTerms:
-        """The engine's loss: example i's terms from row i of image/fake/mix/label only."""
-        return LossTerms(sample=self.critic_terms(inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]))
-
-    def critic_gradients(self, batch) -> tuple[list[tf.Tensor], dict]:
-        """The privatized critic gradient one step applies (clipped, noised, averaged), and term means."""
-        return self.engine.gradients(self.critic_loss_fn, self.critic_inputs(batch))
-
     def after_critic_update(self) -> None:
         """Hook after each critic update (DPGAN: weight clipping, post-processing)."""
         return None
@@ -166,23 +155,18 @@ class PrivateWGAN(tf.keras.Model):
         self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_variables))
         return loss
 
-    def train_step(self, data):
-        batch = data[0] if isinstance(data, tuple) and len(data) == 1 else data
-        grads, logs = self.critic_gradients(batch)
-        self.d_optimizer.apply_gradients(zip(grads, self.engine.variables))
+    def after_private_step(self) -> dict:
+        """Weight clipping (DPGAN), then a generator step every `critic_steps` critic steps."""
         self.after_critic_update()
-        if self.dp_config.private:
-            self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per critic step
-        count = self.critic_step_count.assign_add(1)
-        do_generator = tf.equal(count % self.critic_steps, 0)
+        do_generator = tf.equal(self.step_count % self.critic_steps, 0)
         g_loss = tf.cond(do_generator, self._generator_step, lambda: tf.constant(0.0))
-        penalty = logs.get("penalty", tf.constant(0.0))
+        return {"g_loss": (g_loss, tf.cast(do_generator, tf.float32))}
+
+    def step_logs(self, logs: dict) -> dict:
         # Diagnostics on the private batch (not privatized, like any training-loss log).
-        self.trackers["d_loss"].update_state(logs["wasserstein"] + penalty)
-        self.trackers["w_distance"].update_state(-logs["wasserstein"])
-        self.trackers["penalty"].update_state(penalty)
-        self.trackers["g_loss"].update_state(g_loss, sample_weight=tf.cast(do_generator, tf.float32))
-        return {name: t.result() for name, t in self.trackers.items()}
+        penalty = logs.get("penalty", tf.constant(0.0))
+        logs.update(d_loss=logs["wasserstein"] + penalty, w_distance=-logs["wasserstein"], penalty=penalty)
+        return logs
 
     def test_step(self, data):
         return {}

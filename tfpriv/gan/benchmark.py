@@ -50,7 +50,7 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
     model = make_dpwgan_gp(capacity=capacity, num_classes=10 if conditional else None, seed=0)
     model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5,
                                                         expected_batch_size=float(batch_size), clipping=clipping,
-                                                        seed=0, verify=False))
+                                                        seed=0, verify=False), num_examples=60000)
     rng = np.random.default_rng(0)
     batch = {"image": tf.constant(rng.random((batch_size, 28, 28, 1), dtype=np.float32))}
     if conditional:
@@ -61,7 +61,7 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
     layout = BatchLayout.single(batch_size)
 
     def loss(x):
-        return model.critic_loss_fn(x, layout).sample_total()
+        return model.loss_fn(x, layout).sample_total()
 
     def batch_grad():
         with tf.GradientTape() as tape:
@@ -69,7 +69,7 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
         return tape.gradient(total, variables)
 
     def per_example():
-        return example_gradients(model.critic_loss_fn, inputs, variables, model.spec, tf.constant(batch_size))[0]
+        return example_gradients(model.loss_fn, inputs, variables, model.spec, tf.constant(batch_size))[0]
 
     def jacobian():
         with tf.GradientTape() as tape:
@@ -77,7 +77,7 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
         return jacobian_rows(tape, per, variables)
 
     fns = {"batch": batch_grad, "per_example": per_example, "jacobian": jacobian,
-           "engine": lambda: model.critic_gradients(batch)[0], "step": lambda: model.train_step(batch)}
+           "engine": lambda: model.engine.gradients(model.loss_fn, model.private_inputs(batch))[0], "step": lambda: model.train_step(batch)}
     out = []
     for part in parts:
         first, sec = _time(tf.function(fns[part]), reps)

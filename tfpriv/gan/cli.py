@@ -194,7 +194,7 @@ def run(output_dir: str, model_name: str) -> dict:
     from tfpriv.gan.dpgan import privacy_comparison
     from tfpriv.privacy.config import DPConfig
     from tfpriv.training.results import write_results
-    from tfpriv.training.runner import plan_privacy, read_ledger
+    from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
 
     data = load_dataset(s.dataset, s.data_dir)
     num_classes = int(data.num_classes.get("label", 10)) if s.conditional else None
@@ -230,9 +230,12 @@ def run(output_dir: str, model_name: str) -> dict:
     monitor = training.Monitor(plan.delta, s.eval_every, score_fn if scoring else None, plan.config.private,
                                os.path.join(output_dir, "progress.json"), every_steps=s.eval_every_steps)
     logging.info("GAN plan: %s", json.dumps(plan.summary(), default=str))
-    fit = training.fit_gan(model, data.x_train, labels, plan, d_opt, g_opt, output_dir, seed=private_seed,
-                           verbose=int(_common("verbose", 2)),
-                           max_minutes=s.max_minutes or None, max_steps=s.max_steps or None, monitor=monitor)
+    limit = training.Limit(s.max_minutes or None, s.max_steps or None)
+    arrays = data.x_train if labels is None else (data.x_train, labels)
+    fit = fit_private(model, arrays, plan, (d_opt, g_opt), output_dir, seed=private_seed,
+                      verbose=int(_common("verbose", 2)), extra_callbacks=[monitor, limit])
+    fit.update(critic_steps=fit["train_steps"], generator_steps=int(g_opt.iterations.numpy()),
+               limit_reached=limit.reached, scoring_seconds=monitor.seconds_scoring)
     if s.generator_ema:  # sample from the averaged generator (checkpoints keep the raw weights)
         g_opt.finalize_variable_values(model.generator.trainable_variables)
     gan_config = {"model": s.model, "capacity": s.capacity, "latent_size": s.latent_size, "num_classes": num_classes}
@@ -260,7 +263,7 @@ def run(output_dir: str, model_name: str) -> dict:
         "epsilon": fit["epsilon"], "delta": plan.delta,
         "noise_multiplier": summary["noise_multiplier"], "effective_noise_multiplier": summary["effective_noise_multiplier"],
         "sampling_rate": plan.sampling_rate, "steps": fit["steps"], "epochs": s.epochs, "metrics": metrics,
-        "privacy": summary, "training": {k: v for k, v in fit.items() if k != "history"}, "history": fit["history"],
+        "privacy": summary, "training": {k: v for k, v in fit.items() if k not in ("history", "plan")}, "history": fit["history"],
         "gan": {k: v for k, v in dataclasses.asdict(s).items() if k not in ("data_dir", "classifier_cache_dir")},
         # Includes tracing and data loading, not the intermediate scoring.
         "critic_steps_per_second": (fit["critic_steps"] / (fit["train_seconds"] - fit["scoring_seconds"])

@@ -1,97 +1,249 @@
 """`DPModel`: a Keras model whose `train_step` feeds its loss terms to the DP engine.
 
 Subclasses implement `term_spec()` and `loss_terms(x, layout, training)`; everything else
-(clipping, noise, accounting of steps, metrics) is shared. Usage, as with any Keras model:
+(clipping, noise, counting steps in the ledger, epsilon in the logs, metrics) is shared. Hooks
+let a family say which variables the engine privatizes (`private_variables`, under
+`private_root`), what the engine's loss sees (`private_inputs`, e.g. a GAN's real batch plus its
+fakes) and what runs after each privatized update (`after_private_step`, e.g. the generator
+step, which only sees the private critic: post-processing). Usage, as with any Keras model:
 
-    model.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=DPConfig(...))
-    model.fit(dataset, epochs=..., steps_per_epoch=...)
+    model.compile(optimizer, dp=DPConfig(..., expected_batch_size=B), num_examples=N, delta=1e-5)
+    model.fit(x, epochs=...)            # numpy: Poisson batches of expected size B
+    history.history["epsilon"]          # the accountant's epsilon after each epoch
+
+The ledger is advanced inside the compiled step, so any `fit` (with or without the runner,
+under keras-tuner, resumed or not) reports the epsilon of the steps actually taken.
 """
 from __future__ import annotations
 
+import itertools
+import math
+
+import numpy as np
 import tensorflow as tf
 
+from tfpriv.data.sampling import make_dataset, new_sampling_seed
+from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import PrivacyLedger
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rng import stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
+from tfpriv.training.callbacks import PrivacyCallback
 
 NON_PRIVATE = DPConfig(aggregation="none", num_partitions=1)
+
+
+def default_delta(num_examples: int) -> float:
+    """The power of ten below min(1/N, 1e-5)."""
+    delta = 10 ** math.floor(math.log10(1.0 / num_examples)) if num_examples > 1 else 1e-5
+    return min(delta, 1e-5)
 
 
 class DPModel(tf.keras.Model):
     """Base class for models trained through `tfpriv.privacy`."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Randomness inside the loss (reparameterisation, prior samples, GAN latents) draws from
+        # `rng`; compile re-seeds it from the DP config's seed. Not tracked by Keras
+        # (object.__setattr__): the runner checkpoints it with the ledger.
+        object.__setattr__(self, "rng", stream_generator(None, "loss"))
+
+    # -- what a family defines -------------------------------------------------------------------
     def term_spec(self) -> TermSpec:
         raise NotImplementedError(f"{type(self).__name__} must declare its loss terms")
 
     def loss_terms(self, x, layout: BatchLayout, training: bool = True) -> LossTerms:
         raise NotImplementedError(f"{type(self).__name__} must compute its loss terms")
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # Randomness inside the loss (reparameterisation, prior samples) draws from `rng`;
-        # compile re-seeds it from the DP config's seed. Not tracked by Keras
-        # (object.__setattr__): the runner checkpoints it with the ledger.
-        object.__setattr__(self, "rng", stream_generator(None, "loss"))
+    def private_root(self) -> tf.Module:
+        """The layers whose variables the engine privatizes (their calls are recorded)."""
+        return self
 
-    def compile(self, optimizer="adam", dp: DPConfig | None = None, **kwargs):
+    def private_variables(self) -> list[tf.Variable]:
+        return self.private_root().trainable_variables
+
+    def private_inputs(self, data):
+        """What the engine's loss receives for one batch (a GAN adds each example's fake)."""
+        return data[0] if isinstance(data, tuple) and len(data) == 1 else data
+
+    def after_private_step(self) -> dict:
+        """Non-private work after each privatized update; returns logs (value or (value, weight))."""
+        return {}
+
+    def step_logs(self, logs: dict) -> dict:
+        """The logged metrics of one step from the engine's term means (default: terms + loss)."""
+        spec = self.term_spec()
+        logs["loss"] = tf.add_n([logs[k] for k in (*spec.sample, *spec.batch)])
+        return logs
+
+    def metric_names(self) -> list[str]:
+        spec = self.term_spec()
+        return ["loss", *spec.sample, *spec.batch]
+
+    # -- compile / prepare -------------------------------------------------------------------------
+    def compile(self, optimizer="adam", dp: DPConfig | None = None, num_examples: int | None = None,
+                delta: float | None = None, max_epsilon: float | None = None, **kwargs):
+        """dp: how the loss is privatized. A private `dp` needs `num_examples` (N: the sampling
+        rate q = dp.expected_batch_size / N is what the accountant composes); `delta` defaults to
+        the power of ten below min(1/N, 1e-5); `max_epsilon` stops training before exceeding it."""
         super().compile(optimizer=optimizer, **kwargs)
-        # Not tracked by Keras (object.__setattr__): the engine's RNG and the ledger are
-        # saved through `tf.train.Checkpoint` by the training runner, not in model weights.
-        object.__setattr__(self, "dp_config", dp if dp is not None else NON_PRIVATE)
+        dp = dp if dp is not None else NON_PRIVATE
+        if dp.private:
+            if num_examples is None or num_examples < 1:
+                raise ConfigError("num_examples: a private model needs the training set size N to account "
+                                  f"its steps (sampling rate q = expected_batch_size / N), got {num_examples}")
+            if dp.expected_batch_size is None:
+                raise ConfigError("dp.expected_batch_size: a private model needs the expected batch size B")
+            if not 0 < dp.expected_batch_size <= num_examples:
+                raise ConfigError(f"dp.expected_batch_size: must be in (0, num_examples={num_examples}], "
+                                  f"got {dp.expected_batch_size}")
+            delta = default_delta(num_examples) if delta is None else delta
+            if not 0 < delta < 1.0 / num_examples:
+                raise ConfigError(f"delta: must be in (0, 1/N) = (0, {1.0 / num_examples:.3g}), got {delta}")
+        # Not tracked by Keras (object.__setattr__): the engine's RNG, the ledger and the step
+        # counter are saved through `tf.train.Checkpoint` by the runner, not in model weights.
+        object.__setattr__(self, "dp_config", dp)
+        object.__setattr__(self, "num_examples", num_examples)
+        object.__setattr__(self, "delta", delta)
+        object.__setattr__(self, "max_epsilon", max_epsilon)
         object.__setattr__(self, "engine", None)
         with self.distribute_strategy.scope():
-            object.__setattr__(self, "rng", stream_generator(self.dp_config.seed, "loss"))
-        if getattr(self, "ledger", None) is None:
-            with self.distribute_strategy.scope():
+            object.__setattr__(self, "rng", stream_generator(dp.seed, "loss"))
+            if getattr(self, "ledger", None) is None:
                 object.__setattr__(self, "ledger", PrivacyLedger())
+            if getattr(self, "step_count", None) is None:
+                # Train steps taken (private or not), one per global step: the sampler's position.
+                object.__setattr__(self, "step_count", tf.Variable(
+                    0, dtype=tf.int64, trainable=False, name="step_count",
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA))
         object.__setattr__(self, "_trackers", {})
+        if dp.private:
+            self.ledger.begin(self.sampling_rate, self.effective_noise_multiplier)
 
-    # -- set-up outside tf.function ---------------------------------------------------------
+    @property
+    def sampling_rate(self) -> float:
+        return self.dp_config.expected_batch_size / self.num_examples
+
+    @property
+    def effective_noise_multiplier(self) -> float:
+        return self.dp_config.effective_noise_multiplier(self.term_spec().has_batch_terms)
+
+    def epsilon(self, delta: float | None = None) -> float:
+        """The accountant's epsilon for the steps taken so far (inf for a non-private model)."""
+        if not self.dp_config.private:
+            return math.inf
+        return self.ledger.epsilon(self.delta if delta is None else delta)
+
     def prepare(self, sample_batch) -> DPGradientEngine:
-        """Builds variables, the engine and metric trackers; verifies the fast path once."""
+        """Builds variables, the engine and metric trackers; verifies the clipping path once."""
         if getattr(self, "engine", None) is not None:
             return self.engine
         if not hasattr(self, "dp_config"):
             raise RuntimeError("call compile() before fit()")
-        n = tf.shape(tf.nest.flatten(sample_batch)[0])[0]
+        sample_batch = tf.nest.map_structure(tf.convert_to_tensor, sample_batch)
         # Variables and the noise generator must live in the distribution strategy's scope.
         with self.distribute_strategy.scope():
-            self.loss_terms(sample_batch, BatchLayout.single(n), training=False)  # creates variables
-            engine = DPGradientEngine(self.dp_config, self, self.term_spec(), variables=self.trainable_variables)
+            inputs = self.private_inputs(sample_batch)
+            n = tf.shape(tf.nest.flatten(inputs)[0])[0]
+            self.loss_terms(inputs, BatchLayout.single(n), training=False)  # creates variables
+            self.build_extra(sample_batch)
+            engine = DPGradientEngine(self.dp_config, self.private_root(), self.term_spec(),
+                                      variables=self.private_variables())
             if hasattr(self.optimizer, "build"):
                 self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         object.__setattr__(self, "engine", engine)
         if self.dp_config.private and self.dp_config.verify:
-            engine.verify(self._loss_fn, sample_batch)
-        spec = self.term_spec()
-        names = ["loss", *spec.sample, *spec.batch]
-        self._trackers.update({name: tf.keras.metrics.Mean(name=name) for name in names})
+            engine.verify(self.loss_fn, inputs)
+        self._trackers.update({name: tf.keras.metrics.Mean(name=name) for name in self.metric_names()})
         return engine
 
-    def fit(self, x=None, *args, **kwargs):
+    def build_extra(self, sample_batch) -> None:
+        """Builds what the private loss does not (e.g. a GAN's generator optimizer)."""
+        return None
+
+    # -- fit ---------------------------------------------------------------------------------------
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+            steps_per_epoch=None, seed: int | None = None, **kwargs):
+        """Keras `fit`, private-aware.
+
+        Arrays (numpy or tensors): a private model draws Poisson batches of expected size
+        dp.expected_batch_size, round(1/q) steps an epoch, from (seed, step) — what the
+        accountant assumes. A `tf.data.Dataset` or generator is used as given and accounted as
+        if Poisson-sampled at q (the approximation TF Privacy reports). `epsilon` is added to
+        every epoch's logs (progress bar and History) and `max_epsilon` stops training.
+        """
+        private = self.dp_config.private if hasattr(self, "dp_config") else False
+        if private and _is_arrays(x):
+            if batch_size is not None and batch_size != self.dp_config.expected_batch_size:
+                raise ConfigError(f"batch_size: a private model samples batches of expected size "
+                                  f"{self.dp_config.expected_batch_size:g} (dp.expected_batch_size), got {batch_size}")
+            arrays = tuple(np.asarray(a) for a in ((x,) if y is None else (x, y)))
+            if len(arrays[0]) != self.num_examples:
+                raise ConfigError(f"x: has {len(arrays[0])} examples, the model was compiled for "
+                                  f"num_examples={self.num_examples}")
+            seed = new_sampling_seed() if seed is None else seed
+            start = int(self.step_count.numpy()) if getattr(self, "step_count", None) is not None else 0
+            x, _, per_epoch = make_dataset(arrays if y is not None else arrays[0],
+                                           int(round(self.dp_config.expected_batch_size)), "poisson", seed, start)
+            y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if getattr(self, "engine", None) is None:
-            first = next(iter(x)) if isinstance(x, tf.data.Dataset) else tf.nest.map_structure(lambda a: a[:8], x)
-            self.prepare(first)
-        return super().fit(x, *args, **kwargs)
+            if _is_iterator(x):  # a Python generator: peek at its first batch, then put it back
+                first = next(x)
+                x = itertools.chain([first], x)
+                self.prepare(first)
+            else:
+                self.prepare(_first_batch(x, y))
+        callbacks = list(callbacks or [])
+        if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
+            callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.sampling_rate,
+                                                self.effective_noise_multiplier, self.max_epsilon))
+        if verbose != 0 and not any(isinstance(c, tf.keras.callbacks.ProgbarLogger) for c in callbacks):
+            # After the privacy callback, so the progress bar's epoch line shows epsilon.
+            callbacks.append(tf.keras.callbacks.ProgbarLogger(count_mode="steps"))
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
+                           steps_per_epoch=steps_per_epoch, **kwargs)
 
     @property
     def metrics(self):
         return list(getattr(self, "_trackers", {}).values())
 
-    # -- the step -----------------------------------------------------------------------------
-    def _loss_fn(self, x, layout: BatchLayout) -> LossTerms:
+    # -- the step -----------------------------------------------------------------------------------
+    def loss_fn(self, x, layout: BatchLayout) -> LossTerms:
+        """The engine's loss: the training-mode loss terms of one batch."""
         return self.loss_terms(x, layout, training=True)
 
     def train_step(self, data):
-        x = data[0] if isinstance(data, tuple) and len(data) == 1 else data
-        grads, logs = self.engine.gradients(self._loss_fn, x)
+        grads, logs = self.engine.gradients(self.loss_fn, self.private_inputs(data))
         self.optimizer.apply_gradients(zip(grads, self.engine.variables))
         if self.dp_config.private:
-            self.ledger.steps.assign_add(1)
-        spec = self.term_spec()
-        logs["loss"] = tf.add_n([logs[k] for k in (*spec.sample, *spec.batch)])
+            self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per step
+        self.step_count.assign_add(1)
+        logs.update(self.after_private_step())
+        logs = self.step_logs(logs)
         for name, tracker in self._trackers.items():
-            tracker.update_state(logs[name])
+            value = logs.get(name)
+            if isinstance(value, tuple):
+                tracker.update_state(value[0], sample_weight=value[1])
+            elif value is not None:
+                tracker.update_state(value)
         return {name: t.result() for name, t in self._trackers.items()}
+
+
+def _is_arrays(x) -> bool:
+    return isinstance(x, (np.ndarray, tf.Tensor, list)) or (
+        isinstance(x, tuple) and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in x))
+
+
+def _is_iterator(x) -> bool:
+    return hasattr(x, "__next__") and not isinstance(x, tf.data.Dataset)
+
+
+def _first_batch(x, y):
+    if isinstance(x, tf.data.Dataset):
+        return next(iter(x))
+    if _is_arrays(x):
+        first = tf.nest.map_structure(lambda a: tf.convert_to_tensor(np.asarray(a)[:8]), x)
+        return first if y is None else (first, tf.convert_to_tensor(np.asarray(y)[:8]))
+    raise ConfigError(f"x: expected arrays, a tf.data.Dataset or a generator of batches, got {type(x).__name__}")

@@ -10,11 +10,12 @@ exactly the batches, partitions and noise the uninterrupted run would have drawn
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import time
 from typing import Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
@@ -24,7 +25,7 @@ from tfpriv.privacy.accounting import PrivacyLedger, Segment, calibrate_noise, e
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
-from tfpriv.training.dp_model import DPModel
+from tfpriv.training.dp_model import DPModel, default_delta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +97,7 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
     if not 1 <= batch_size <= num_examples:
         raise ConfigError(f"--batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
     if delta is None:
-        delta = 10 ** math.floor(math.log10(1.0 / num_examples)) if num_examples > 1 else 1e-5
-        delta = min(delta, 1e-5)
+        delta = default_delta(num_examples)
     if not 0 < delta < 1.0 / num_examples:
         raise ConfigError(f"--delta: must be in (0, 1/N) = (0, {1.0 / num_examples:.3g}) for N={num_examples}, got {delta}")
     for flag, value in (("--epsilon", target_epsilon), ("--max_epsilon", max_epsilon)):
@@ -148,32 +148,41 @@ class RunState(tf.Module):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
 
 
-def fit_private(model: DPModel, arrays, plan: PrivacyPlan, optimizer: tf.keras.optimizers.Optimizer,
+def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
+                optimizer: tf.keras.optimizers.Optimizer | Sequence[tf.keras.optimizers.Optimizer],
                 output_dir: str, seed: int | None = None, verbose: int = 2,
                 extra_callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> dict:
-    """Compiles and fits `model` under `plan`; resumes from `output_dir/checkpoints` if present.
+    """Compiles and fits any `DPModel` under `plan`; resumes from `output_dir/checkpoints` if present.
 
+    `arrays`: the training data (an array or a tuple of arrays with one row per example).
+    `optimizer`: the model's optimizer, or its tuple of optimizers (a GAN: critic, generator).
     `seed` seeds the batch sampling (None: a fresh seed from the OS); on resume the seed saved
-    in the checkpoint is used, and batches continue from the steps already taken.
+    in the checkpoint is used, and batches continue from the steps already taken. Writes
+    `privacy_plan.json`, checkpoints (model, optimizers, ledger, RNG streams, sampler seed,
+    epoch) after every epoch and TensorBoard logs.
     """
     history = read_ledger(output_dir)
     if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
         plan = continue_plan(plan, history)
+    optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
+    model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
+                  max_epsilon=plan.max_epsilon)
     probe, _, _ = make_dataset(arrays, plan.batch_size, plan.sampling, 0)
-    model.compile(optimizer=optimizer, dp=plan.config)
     engine = model.prepare(next(iter(probe)))
     state = RunState(new_sampling_seed() if seed is None else seed)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, ledger=model.ledger,
-                                     generator=engine.generator, loss_rng=model.rng, run=state)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, ledger=model.ledger,
+                                     noise=engine.generator, loss_rng=model.rng, step_count=model.step_count,
+                                     run=state)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, "checkpoints"), max_to_keep=2)
     resumed = manager.latest_checkpoint is not None
     if resumed:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
     dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling,
-                                               int(state.sampling_seed.numpy()), int(optimizer.iterations.numpy()))
+                                               int(state.sampling_seed.numpy()), int(model.step_count.numpy()))
     noise = plan.effective_noise_multiplier
     if plan.config.private:
-        model.ledger.begin(q, noise)
+        model.ledger.begin(q, noise)  # after the restore: continues or folds the saved segment
+    write_json(os.path.join(output_dir, "privacy_plan.json"), {**plan.summary(), "planned_steps": plan.planned_steps})
     privacy = PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon) if plan.config.private else None
     callbacks = ([privacy] if privacy else []) + [
         CheckpointCallback(manager, state.epoch),
@@ -182,18 +191,32 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan, optimizer: tf.keras.o
     ]
     initial_epoch = int(state.epoch.numpy())
     history = {}
+    start = time.time()
     if initial_epoch < plan.epochs and not (privacy and privacy.allowed == 0):
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
-    steps = model.ledger.total_steps if plan.config.private else int(optimizer.iterations.numpy())
-    epsilon = model.ledger.epsilon(plan.delta) if plan.config.private else math.inf
+    train_steps = int(model.step_count.numpy())
     return {
-        "epsilon": epsilon,
-        "steps": steps,
+        "epsilon": model.epsilon(plan.delta),
+        "steps": model.ledger.total_steps if plan.config.private else train_steps,
+        "train_steps": train_steps,
         "epochs_completed": int(state.epoch.numpy()),
+        "steps_per_epoch": steps_per_epoch,
         "resumed": resumed,
         "budget_reached": bool(privacy and privacy.budget_reached),
+        "train_seconds": time.time() - start,
         "history": history,
         "plan": plan,
     }
+
+
+def write_json(path: str, record: dict) -> str:
+    """Writes `record` to `path` atomically (a temporary file renamed into place)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path

@@ -30,7 +30,8 @@ def weights_after_one_step(noise: float) -> np.ndarray:
     with strategy.scope():
         model = Linear()
         model.compile(tf.keras.optimizers.SGD(1.0), dp=DPConfig(
-            aggregation="micro", l2_norm_clip=0.5, noise_multiplier=noise, expected_batch_size=32, seed=1, verify=False))
+            aggregation="micro", l2_norm_clip=0.5, noise_multiplier=noise, expected_batch_size=32, seed=1, verify=False),
+            num_examples=320)
     x = np.random.default_rng(0).standard_normal([32, 40]).astype(np.float32)
     model.fit(tf.data.Dataset.from_tensors(x), epochs=1, verbose=0)
     return np.concatenate([w.ravel() for w in model.get_weights()]), int(model.ledger.steps.numpy()), strategy.num_replicas_in_sync

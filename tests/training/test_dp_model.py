@@ -1,0 +1,87 @@
+"""`DPModel.fit` alone (no runner) counts its steps in the ledger and reports the accountant's epsilon."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+from tfpriv.models.architectures import build_architecture
+from tfpriv.models.divergences import make_divergence
+from tfpriv.models.priors import make_prior
+from tfpriv.models.vae import VAE
+from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.config import DPConfig
+
+N, B = 96, 16
+CONFIG = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=2.0, num_partitions=2,
+                  expected_batch_size=B)
+
+
+def _vae():
+    tf.keras.utils.set_random_seed(0)
+    enc, dec = build_architecture("mlp", [12], 3)
+    return VAE(enc, dec, prior=make_prior("sparse", 3), alpha=5.0, regularizer=make_divergence("mmd"))
+
+
+def _x():
+    return (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
+
+
+def _expected(steps):
+    return epsilon_for([(B / N, CONFIG.effective_noise_multiplier(True), steps)], 1e-3)
+
+
+def test_fit_on_a_dataset_reports_epsilon_per_epoch():
+    vae = _vae()
+    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=2, verbose=0)
+    assert vae.ledger.total_steps == 2 * (N // B)
+    assert history.history["epsilon"] == pytest.approx([_expected(6), _expected(12)])
+    assert vae.epsilon() == pytest.approx(_expected(12)) and _expected(12) > 0
+
+
+def test_fit_on_numpy_draws_poisson_batches_and_continues_across_calls():
+    vae = _vae()
+    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.fit(_x(), epochs=1, verbose=0, seed=1)            # round(1/q) = 6 steps an epoch
+    history = vae.fit(_x(), epochs=1, verbose=0, seed=1)
+    assert vae.ledger.total_steps == int(vae.step_count.numpy()) == 12
+    assert history.history["epsilon"][-1] == pytest.approx(_expected(12))
+    with pytest.raises(ConfigError, match="batch_size"):
+        vae.fit(_x(), batch_size=B + 1, verbose=0)
+    with pytest.raises(ConfigError, match="num_examples"):
+        vae.fit(_x()[:50], verbose=0)
+
+
+def test_fit_on_a_generator():
+    vae = _vae()
+    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+
+    def batches():
+        x = _x()
+        while True:
+            for i in range(0, N, B):
+                yield x[i:i + B]
+
+    history = vae.fit(batches(), steps_per_epoch=3, epochs=1, verbose=0)
+    assert history.history["epsilon"][-1] == pytest.approx(_expected(3))
+
+
+def test_the_progress_bar_shows_epsilon(capsys):
+    vae = _vae()
+    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=2)
+    assert "epsilon: " in capsys.readouterr().out
+
+
+def test_a_private_compile_needs_the_training_set_size():
+    with pytest.raises(ConfigError, match="num_examples"):
+        _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG)
+    with pytest.raises(ConfigError, match="delta"):
+        _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=0.5)
+
+
+def test_a_non_private_model_reports_no_epsilon():
+    vae = _vae()
+    vae.compile(tf.keras.optimizers.Adam(1e-3))
+    history = vae.fit(_x(), batch_size=B, epochs=1, verbose=0)
+    assert "epsilon" not in history.history and vae.epsilon() == float("inf")
