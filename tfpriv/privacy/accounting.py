@@ -28,6 +28,14 @@ def _event(q: float, noise: float, steps: int) -> dp_accounting.DpEvent:
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise)), steps)
 
 
+def training_event(segments: Iterable[Segment]) -> dp_accounting.DpEvent:
+    """The DpEvent of one training run: its Poisson-sampled Gaussian segments, composed."""
+    events = [_event(q, noise, int(steps)) for q, noise, steps in segments if steps > 0 and q > 0]
+    if any(noise <= 0 for q, noise, steps in segments if steps > 0 and q > 0):
+        return dp_accounting.NonPrivateDpEvent()
+    return dp_accounting.ComposedDpEvent(events) if events else dp_accounting.NoOpDpEvent()
+
+
 def epsilon_for(segments: Iterable[Segment], delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
     """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
     accountant = dp_accounting.rdp.RdpAccountant(list(orders))

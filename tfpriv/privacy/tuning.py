@@ -1,0 +1,91 @@
+"""The privacy cost of a hyperparameter-tuning job with a random number of trials.
+
+Papernot & Steinke (ICLR 2022), "Hyperparameter tuning with Renyi differential privacy": a job
+that draws the number of trials K from a suitable distribution, trains one model per trial and
+releases only the best one (by any score) is (λ, ε')-RDP with ε' a little above one trial's ε(λ),
+instead of K·ε(λ). Theorem 2 covers the truncated negative binomial D_{η,γ} (η = 0 logarithmic,
+η = 1 geometric):
+
+    ε'(λ) = ε(λ) + (1 + η)·(1 − 1/λ̂)·ε(λ̂) + (1 + η)·log(1/γ)/λ̂ + log E[K]/(λ − 1),  any λ̂ ≥ 1,
+
+and Theorem 6 the Poisson distribution with mean μ: ε'(λ) = ε(λ) + μ·δ̂ + log μ/(λ − 1), where a
+trial is (ε̂, δ̂)-DP with e^ε̂ = 1 + 1/(λ − 1). dp_accounting 0.4.3 (the version TF Privacy 0.9.0
+pins) implements both as `RepeatAndSelectDpEvent(event, mean, shape)` in its RDP accountant; this
+module supplies the trial-count distributions (the tuner must *draw* K: a fixed number of trials
+does not satisfy the theorems) and the job's epsilon next to naive composition over the trials.
+The guarantee needs every trial to be the same mechanism (same event) or a mechanism no less
+private; the job's epsilon is computed for the least private trial's event.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import dp_accounting
+import numpy as np
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from tfpriv.errors import ConfigError
+from tfpriv.privacy.accounting import DEFAULT_ORDERS
+
+DISTRIBUTIONS = ("poisson", "geometric", "logarithmic", "negative_binomial")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialCount:
+    """The distribution of the number of trials K, by its mean (and the negative binomial's shape η)."""
+
+    distribution: str
+    mean: float
+    shape: float = 1.0
+
+    def __post_init__(self):
+        if self.distribution not in DISTRIBUTIONS:
+            raise ConfigError(f"distribution: must be one of {', '.join(DISTRIBUTIONS)}, got {self.distribution!r}")
+        if not (math.isfinite(self.mean) and self.mean >= 1):
+            raise ConfigError(f"mean: the expected number of trials must be a finite number >= 1, got {self.mean}")
+        if self.distribution == "negative_binomial" and not (math.isfinite(self.shape) and self.shape > 0):
+            raise ConfigError(f"shape: the negative binomial's shape eta must be > 0, got {self.shape}")
+
+    @property
+    def dp_shape(self) -> float:
+        """dp_accounting's shape: inf (Poisson), 1 (geometric), 0 (logarithmic), eta."""
+        return {"poisson": math.inf, "geometric": 1.0, "logarithmic": 0.0}.get(self.distribution, self.shape)
+
+    @property
+    def gamma(self) -> float:
+        """The truncated negative binomial's success probability γ for this mean (not for Poisson)."""
+        if self.distribution == "poisson":
+            raise ConfigError("gamma: the Poisson distribution has no gamma parameter")
+        return rdp_privacy_accountant._gamma_truncated_negative_binomial(self.dp_shape, self.mean)
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """Draws K. Poisson may give 0 (the job then releases nothing); the others give K >= 1."""
+        if self.distribution == "poisson":
+            return int(rng.poisson(self.mean))
+        gamma = self.gamma
+        if self.distribution == "logarithmic":
+            return int(rng.logseries(1.0 - gamma))
+        while True:  # NB(η, γ) conditioned on K >= 1 is D_{η,γ}
+            k = int(rng.negative_binomial(self.dp_shape, gamma))
+            if k >= 1:
+                return k
+
+
+def job_epsilon(trial: dp_accounting.DpEvent, count: TrialCount, delta: float,
+                orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+    """(ε at δ) of the whole tuning job: K ~ `count` trials of `trial`, only the best released."""
+    accountant = dp_accounting.rdp.RdpAccountant(list(orders))
+    accountant.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(trial, count.mean, count.dp_shape))
+    return float(accountant.get_epsilon(delta))
+
+
+def naive_epsilon(trial: dp_accounting.DpEvent, trials: int, delta: float,
+                  orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+    """(ε at δ) of composing `trials` trials (every trial's model released): for comparison."""
+    if trials <= 0:
+        return 0.0
+    accountant = dp_accounting.rdp.RdpAccountant(list(orders))
+    accountant.compose(dp_accounting.SelfComposedDpEvent(trial, int(trials)))
+    return float(accountant.get_epsilon(delta))
