@@ -77,3 +77,38 @@ def test_ledger_continues_after_checkpoint_restore(tmp_path):
     restored.steps.assign_add(10)
     assert restored.segments() == [(0.01, 1.0, 200), (0.02, 1.5, 10)]
     assert restored.epsilon(1e-5) == pytest.approx(acc.epsilon_for([(0.01, 1.0, 200), (0.02, 1.5, 10)], 1e-5))
+
+
+# -- the PLD accountant (`accountant="pld"`) ---------------------------------------------------
+def _independent_pld(q, z, steps, delta):
+    acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                          value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps)
+    return acc.get_epsilon(delta)
+
+
+def test_pld_epsilon_equals_dp_accounting_and_is_tighter_than_rdp():
+    from tfpriv.privacy.accounting import epsilon_for
+    segments = [(0.01, 1.1, 300), (0.01, 2.0, 200)]
+    pld = epsilon_for(segments, 1e-5, accountant="pld")
+    acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                          value_discretization_interval=1e-4)
+    for q, z, n in segments:
+        acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
+    assert pld == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert pld < epsilon_for(segments, 1e-5, accountant="rdp")
+
+
+def test_pld_calibration_and_budget_stop():
+    from tfpriv.privacy.accounting import calibrate_noise, max_steps_within
+    z = calibrate_noise(2.0, 1e-5, 0.02, 200, accountant="pld")
+    assert 0.99 * 2.0 <= _independent_pld(0.02, z, 200, 1e-5) <= 2.0
+    assert z < calibrate_noise(2.0, 1e-5, 0.02, 200, accountant="rdp")   # less noise for the same epsilon
+    n = max_steps_within(1.0, 1e-5, 0.02, 1.2, accountant="pld")
+    assert _independent_pld(0.02, 1.2, n, 1e-5) <= 1.0 < _independent_pld(0.02, 1.2, n + 1, 1e-5)
+
+
+def test_unknown_accountant_is_refused():
+    from tfpriv.privacy.accounting import epsilon_for
+    with pytest.raises(ConfigError, match="accountant"):
+        epsilon_for([(0.01, 1.0, 10)], 1e-5, accountant="moments")

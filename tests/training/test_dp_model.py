@@ -85,3 +85,14 @@ def test_a_non_private_model_reports_no_epsilon():
     vae.compile(tf.keras.optimizers.Adam(1e-3))
     history = vae.fit(_x(), batch_size=B, epochs=1, verbose=0)
     assert "epsilon" not in history.history and vae.epsilon() == float("inf")
+
+
+def test_fit_reports_the_chosen_accountants_epsilon():
+    vae = _vae()
+    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3, accountant="pld")
+    history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=0)
+    segments = [(B / N, CONFIG.effective_noise_multiplier(True), 6)]
+    assert history.history["epsilon"][-1] == pytest.approx(epsilon_for(segments, 1e-3, accountant="pld"))
+    assert history.history["epsilon"][-1] < _expected(6)
+    with pytest.raises(ConfigError, match="accountant"):
+        _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, accountant="moments")

@@ -8,7 +8,6 @@ scores the generator during training into `progress.json`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Callable
@@ -65,9 +64,8 @@ class Monitor(tf.keras.callbacks.Callback):
         self.start = time.time() - (self.records[-1]["seconds"] if self.records else 0.0)
 
     def _record(self, epoch: int, logs) -> None:
-        ledger = self.model.ledger
         rec = {"epoch": epoch, "critic_steps": int(self.model.step_count.numpy()),
-               "epsilon": ledger.epsilon(self.delta) if self.private else math.inf,
+               "epsilon": self.model.epsilon(self.delta),
                "seconds": time.time() - self.start}
         rec.update({k: float(v) for k, v in (logs or {}).items() if k != "epsilon"})
         if self.score_fn is not None:

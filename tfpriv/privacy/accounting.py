@@ -1,9 +1,12 @@
-"""RDP accounting with dp_accounting (the library behind TF Privacy's analysis).
+"""Privacy accounting with dp_accounting (the library behind TF Privacy's analysis).
 
 Every private step is one Poisson-sampled Gaussian mechanism with sampling rate q and the
 mode's *effective* noise multiplier (noise std over true sensitivity, `DPConfig`), under
 add-or-remove-one adjacency. Steps compose; a `PrivacyLedger` keeps the composed history in
 checkpointable variables so a resumed run continues its epsilon instead of restarting it.
+The same events are converted to (epsilon, delta) by the RDP accountant (default, TF Privacy's
+orders) or the privacy-loss-distribution accountant (`accountant="pld"`: tighter; discretised
+at 1e-4, pessimistic rounding, so still an upper bound).
 """
 from __future__ import annotations
 
@@ -36,28 +39,43 @@ def training_event(segments: Iterable[Segment]) -> dp_accounting.DpEvent:
     return dp_accounting.ComposedDpEvent(events) if events else dp_accounting.NoOpDpEvent()
 
 
-def epsilon_for(segments: Iterable[Segment], delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+ACCOUNTANTS = ("rdp", "pld")
+PLD_DISCRETIZATION = 1e-4
+
+
+def make_accountant(kind: str = "rdp", orders: Sequence[float] = DEFAULT_ORDERS) -> dp_accounting.PrivacyAccountant:
+    """A fresh dp_accounting accountant: "rdp" (TF Privacy's orders) or "pld"."""
+    if kind == "rdp":
+        return dp_accounting.rdp.RdpAccountant(list(orders))
+    if kind == "pld":
+        return dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=PLD_DISCRETIZATION)
+    raise ConfigError(f"accountant: must be one of {', '.join(ACCOUNTANTS)}, got {kind!r}")
+
+
+def epsilon_for(segments: Iterable[Segment], delta: float, orders: Sequence[float] = DEFAULT_ORDERS,
+                accountant: str = "rdp") -> float:
     """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
-    accountant = dp_accounting.rdp.RdpAccountant(list(orders))
+    acc = make_accountant(accountant, orders)
     any_step = False
     for q, noise, steps in segments:
         if steps <= 0 or q <= 0:
             continue
         if noise <= 0:
             return math.inf
-        accountant.compose(_event(q, noise, int(steps)))
+        acc.compose(_event(q, noise, int(steps)))
         any_step = True
     if not any_step:
         return 0.0
-    return float(accountant.get_epsilon(delta))
+    return float(acc.get_epsilon(delta))
 
 
 def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
-                    history: Sequence[Segment] = ()) -> float:
+                    history: Sequence[Segment] = (), accountant: str = "rdp") -> float:
     """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
     if steps <= 0:
         raise ConfigError(f"--epsilon: calibration needs at least one planned step, got {steps}")
-    spent = epsilon_for(history, delta)
+    spent = epsilon_for(history, delta, accountant=accountant)
     if spent >= target_epsilon:
         raise ConfigError(f"--epsilon: target {target_epsilon:g} is already spent by the resumed run (epsilon {spent:.4g})")
 
@@ -66,26 +84,29 @@ def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
             [_event(hq, hn, hs) for hq, hn, hs in history if hs > 0] + [_event(q, noise, steps)])
 
     def eps_at(noise: float) -> float:
-        accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
-        return accountant.compose(make_event(noise)).get_epsilon(delta)
+        return make_accountant(accountant).compose(make_event(noise)).get_epsilon(delta)
 
     if eps_at(MAX_NOISE) > target_epsilon:
         raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with q={q:g} "
                           f"over {steps} steps (even an effective noise multiplier of {MAX_NOISE:g} gives more)")
+    lower, upper = 1e-3, MAX_NOISE
+    if accountant != "rdp":  # PLD is at least as tight as RDP: the RDP noise brackets it from above
+        upper = calibrate_noise(target_epsilon, delta, q, steps, history, "rdp")
+        lower = upper / 4
     try:
         return float(dp_accounting.calibrate_dp_mechanism(
-            lambda: dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS)), make_event, target_epsilon, delta,
-            dp_accounting.ExplicitBracketInterval(1e-3, MAX_NOISE), tol=1e-4))
+            lambda: make_accountant(accountant), make_event, target_epsilon, delta,
+            dp_accounting.ExplicitBracketInterval(lower, upper), tol=1e-4))
     except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
         raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
                           f"with q={q:g} over {steps} steps ({exc})") from None
 
 
 def max_steps_within(budget: float, delta: float, q: float, noise: float,
-                     history: Sequence[Segment] = (), limit: int = 10**9) -> int:
+                     history: Sequence[Segment] = (), limit: int = 10**9, accountant: str = "rdp") -> int:
     """Largest number of further steps whose composed epsilon stays <= budget (bisection)."""
     def eps(n: int) -> float:
-        return epsilon_for(list(history) + [(q, noise, n)], delta)
+        return epsilon_for(list(history) + [(q, noise, n)], delta, accountant=accountant)
 
     if eps(1) > budget:
         return 0
@@ -154,5 +175,5 @@ class PrivacyLedger(tf.Module):
     def total_steps(self) -> int:
         return sum(s[2] for s in self.segments())
 
-    def epsilon(self, delta: float) -> float:
-        return epsilon_for(self.segments(), delta)
+    def epsilon(self, delta: float, accountant: str = "rdp") -> float:
+        return epsilon_for(self.segments(), delta, accountant=accountant)

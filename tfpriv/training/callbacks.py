@@ -13,16 +13,17 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
     """
 
     def __init__(self, ledger: PrivacyLedger, delta: float, sampling_rate: float, noise: float,
-                 max_epsilon: float | None = None):
+                 max_epsilon: float | None = None, accountant: str = "rdp"):
         super().__init__()
-        self.ledger, self.delta = ledger, delta
+        self.ledger, self.delta, self.accountant = ledger, delta, accountant
         self.q, self.noise = sampling_rate, noise
         self.max_epsilon = max_epsilon
         # Steps this run may still take: computed from the (possibly resumed) ledger.
         self.allowed: int | None = None
         self.budget_reached = False
         if max_epsilon is not None:
-            self.allowed = max_steps_within(max_epsilon, delta, sampling_rate, noise, history=ledger.segments())
+            self.allowed = max_steps_within(max_epsilon, delta, sampling_rate, noise, history=ledger.segments(),
+                                            accountant=accountant)
             self.budget_reached = self.allowed == 0
         self.start_steps = int(ledger.steps.numpy())
 
@@ -42,7 +43,7 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs["epsilon"] = self.ledger.epsilon(self.delta)
+            logs["epsilon"] = self.ledger.epsilon(self.delta, self.accountant)
 
 
 class BudgetExhausted(Exception):

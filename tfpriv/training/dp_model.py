@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from tfpriv.data.sampling import make_dataset, new_sampling_seed
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import PrivacyLedger
+from tfpriv.privacy.accounting import PrivacyLedger, make_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rng import stream_generator
@@ -84,10 +84,12 @@ class DPModel(tf.keras.Model):
 
     # -- compile / prepare -------------------------------------------------------------------------
     def compile(self, optimizer="adam", dp: DPConfig | None = None, num_examples: int | None = None,
-                delta: float | None = None, max_epsilon: float | None = None, **kwargs):
+                delta: float | None = None, max_epsilon: float | None = None, accountant: str = "rdp", **kwargs):
         """dp: how the loss is privatized. A private `dp` needs `num_examples` (N: the sampling
         rate q = dp.expected_batch_size / N is what the accountant composes); `delta` defaults to
-        the power of ten below min(1/N, 1e-5); `max_epsilon` stops training before exceeding it."""
+        the power of ten below min(1/N, 1e-5); `max_epsilon` stops training before exceeding it;
+        `accountant`: "rdp" or "pld" (dp_accounting), how epsilon is computed from the ledger."""
+        make_accountant(accountant)  # validates the name
         super().compile(optimizer=optimizer, **kwargs)
         dp = dp if dp is not None else NON_PRIVATE
         if dp.private:
@@ -108,6 +110,7 @@ class DPModel(tf.keras.Model):
         object.__setattr__(self, "num_examples", num_examples)
         object.__setattr__(self, "delta", delta)
         object.__setattr__(self, "max_epsilon", max_epsilon)
+        object.__setattr__(self, "accountant", accountant)
         object.__setattr__(self, "engine", None)
         with self.distribute_strategy.scope():
             object.__setattr__(self, "rng", stream_generator(dp.seed, "loss"))
@@ -134,7 +137,7 @@ class DPModel(tf.keras.Model):
         """The accountant's epsilon for the steps taken so far (inf for a non-private model)."""
         if not self.dp_config.private:
             return math.inf
-        return self.ledger.epsilon(self.delta if delta is None else delta)
+        return self.ledger.epsilon(self.delta if delta is None else delta, self.accountant)
 
     def prepare(self, sample_batch) -> DPGradientEngine:
         """Builds variables, the engine and metric trackers; verifies the clipping path once."""
@@ -157,6 +160,8 @@ class DPModel(tf.keras.Model):
         if self.dp_config.private and self.dp_config.verify:
             engine.verify(self.loss_fn, inputs)
         self._trackers.update({name: tf.keras.metrics.Mean(name=name) for name in self.metric_names()})
+        if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
+            self._trackers["dropped"] = tf.keras.metrics.Sum(name="dropped")
         return engine
 
     def build_extra(self, sample_batch) -> None:
@@ -198,7 +203,7 @@ class DPModel(tf.keras.Model):
         callbacks = list(callbacks or [])
         if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
             callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.sampling_rate,
-                                                self.effective_noise_multiplier, self.max_epsilon))
+                                                self.effective_noise_multiplier, self.max_epsilon, self.accountant))
         if verbose != 0 and not any(isinstance(c, tf.keras.callbacks.ProgbarLogger) for c in callbacks):
             # After the privacy callback, so the progress bar's epoch line shows epsilon.
             callbacks.append(tf.keras.callbacks.ProgbarLogger(count_mode="steps"))
