@@ -1,0 +1,41 @@
+"""Epsilon of every committed private result under the RDP and the PLD accountant (same events).
+
+    python scripts/pld_savings.py docs/results > docs/results/pld_savings.json
+
+Reads each results.json-like file under the folder that records a private run (sampling_rate,
+effective_noise_multiplier, steps, delta), recomputes its epsilon with both accountants and
+prints JSON rows sorted by file.
+"""
+import glob
+import json
+import os
+import sys
+
+from tfpriv.privacy.accounting import epsilon_for
+
+
+def rows(folder: str):
+    for path in sorted(glob.glob(os.path.join(folder, "**", "*.json"), recursive=True)):
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        privacy = record.get("privacy") if isinstance(record.get("privacy"), dict) else record
+        privacy = privacy.get("privacy", privacy) if isinstance(privacy.get("privacy"), dict) else privacy
+        q, z = privacy.get("sampling_rate"), privacy.get("effective_noise_multiplier")
+        steps, delta = privacy.get("steps", record.get("steps")), privacy.get("delta", record.get("delta"))
+        if "aggregation" not in privacy or not all(isinstance(v, (int, float)) for v in (q, z, steps, delta)) \
+                or z <= 0 or steps <= 0:
+            continue  # not the record of a private run
+        rdp = epsilon_for([(q, z, int(steps))], delta, accountant="rdp")
+        pld = epsilon_for([(q, z, int(steps))], delta, accountant="pld")
+        yield {"file": path, "sampling_rate": q, "effective_noise_multiplier": z, "steps": int(steps),
+               "delta": delta, "epsilon_reported": record.get("epsilon", privacy.get("epsilon")),
+               "epsilon_rdp": rdp, "epsilon_pld": pld, "saving": 1 - pld / rdp}
+
+
+if __name__ == "__main__":
+    print(json.dumps(list(rows(sys.argv[1] if len(sys.argv) > 1 else "docs/results")), indent=1))
