@@ -1,0 +1,58 @@
+"""A run killed with SIGKILL at arbitrary points and restarted in the same folder resumes from its
+last complete checkpoint and ends exactly where the uninterrupted run ends (weights, steps, epsilon)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from tests.conftest import REPO_ROOT
+from tfpriv.training.runner import read_ledger
+from tfpriv.privacy.accounting import epsilon_for
+
+SCRIPT = str(REPO_ROOT / "tests/training/scripts/train_small.py")
+EPOCHS = 5
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
+
+
+def _finish(folder) -> dict:
+    proc = subprocess.run([sys.executable, SCRIPT, str(folder), str(EPOCHS)], capture_output=True, text=True,
+                          timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _latest(folder):
+    import tensorflow as tf
+    return tf.train.latest_checkpoint(str(folder / "checkpoints"))
+
+
+def test_sigkill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path):
+    straight = _finish(tmp_path / "straight")
+    killed = tmp_path / "killed"
+    reported = []
+    for pause in (0.3, 0.0, 0.6):   # after a new checkpoint appears: mid-epoch, right after the save, later
+        before = _latest(killed)
+        proc = subprocess.Popen([sys.executable, SCRIPT, str(killed), str(EPOCHS)], env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while _latest(killed) == before and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(pause)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        reported.append(epsilon_for(read_ledger(str(killed)), 1e-4))   # the last complete checkpoint reads
+    assert reported == sorted(reported) and reported[0] > 0   # saved epsilon only grows
+    final = _finish(killed)
+    assert final["resumed"] and final["steps"] == straight["steps"]
+    assert final["epsilon"] == straight["epsilon"] >= max(reported)
+    a, b = np.load(tmp_path / "straight" / "final.npz"), np.load(killed / "final.npz")
+    for key in a.files:
+        np.testing.assert_array_equal(a[key], b[key])
