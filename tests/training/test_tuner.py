@@ -1,0 +1,87 @@
+"""Tuning jobs: keras-tuner runs trials that are ordinary private runs; the job's epsilon is the
+Papernot-Steinke bound for random search over a random number of trials, composition otherwise."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfpriv
+from tfpriv.errors import ConfigError
+from tfpriv.privacy.accounting import training_event
+from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
+from tfpriv.training.results import write_results
+from tfpriv.training.tuner import TuningJob
+
+N = 128
+Z = 1.2
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, 6)).astype(np.float32)
+    return x, (x[:, 0] > 0).astype(np.int32)
+
+
+def _trial(values, trial_dir):
+    x, y = _data()
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.layers.Input([6]), tf.keras.layers.Dense(2)])
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    dp_model = tfpriv.make_private(model, loss, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z),
+                                   num_examples=N, batch_size=values["batch_size"], delta=1e-3)
+    dp_model.compile(tf.keras.optimizers.SGD(values["learning_rate"]), metrics=["accuracy"])
+    history = dp_model.fit(x, y, epochs=1, verbose=0, seed=0)
+    results = {"model": "linear", "dataset": "synthetic", "aggregation": "micro", "epsilon": dp_model.epsilon(),
+               "delta": 1e-3, "noise_multiplier": Z, "effective_noise_multiplier": Z, "sampling_rate": values["batch_size"] / N,
+               "steps": dp_model.ledger.total_steps, "epochs": 1, "metrics": {"accuracy": history.history["accuracy"][-1]}}
+    write_results(trial_dir, results)
+    return results
+
+
+def _event(values):
+    b = values.get("batch_size", 16)
+    return training_event([(b / N, Z, round(N / b))])
+
+
+SPACE = {"learning_rate": {"type": "float", "min": 1e-3, "max": 1e-1, "log": True},
+         "batch_size": {"type": "choice", "values": [16, 32]}}
+
+
+def test_random_search_runs_a_random_number_of_ordinary_runs_and_reports_the_jobs_epsilon(tmp_path):
+    count = TrialCount("geometric", 3)
+    job = TuningJob(_trial, _event, SPACE, objective="accuracy", trials=count, delta=1e-3, seed=4)
+    out = job.run(str(tmp_path))
+    record = json.loads((tmp_path / "tuning.json").read_text())
+    assert out["trials_drawn"] == count.sample(np.random.default_rng(4)) == len(record["trials"]) >= 1
+    for trial in record["trials"]:
+        assert os.path.isfile(trial["results"])
+    assert record["best"]["objective"] == max(t["objective"] for t in record["trials"])
+    privacy = record["privacy"]
+    # the worst configuration is batch 32 (q = 1/4, 4 steps) vs batch 16 (1/8, 8 steps): the bound uses the max
+    worst = max(job_epsilon(_event({"batch_size": b}), count, 1e-3) for b in (16, 32))
+    assert privacy["epsilon"] >= worst * (1 - 1e-9)
+    assert privacy["epsilon_one_trial"] < privacy["epsilon"]
+
+
+def test_single_configuration_matches_the_event_accountant(tmp_path):
+    space = {"learning_rate": SPACE["learning_rate"], "batch_size": {"type": "choice", "values": [16]}}
+    count = TrialCount("poisson", 4)
+    job = TuningJob(_trial, _event, space, objective="accuracy", trials=count, delta=1e-3, seed=1)
+    privacy = job.privacy(trials_run=4)
+    assert privacy["epsilon"] == pytest.approx(job_epsilon(_event({}), count, 1e-3), rel=1e-9)
+    assert privacy["epsilon_naive_composition"] == pytest.approx(naive_epsilon(_event({}), 4, 1e-3), rel=1e-6)
+
+
+def test_adaptive_tuners_are_accounted_by_composition():
+    job = TuningJob(_trial, _event, SPACE, objective="accuracy", tuner="bayesian", delta=1e-3)
+    privacy = job.privacy(trials_run=3)
+    assert privacy["epsilon"] == privacy["epsilon_naive_composition"] and "composition" in privacy["analysis"]
+
+
+def test_bad_spaces_are_refused():
+    with pytest.raises(ConfigError, match="space.batch_size"):
+        TuningJob(_trial, _event, {"batch_size": {"type": "int", "min": 8, "max": 64}}, objective="accuracy")
+    with pytest.raises(ConfigError, match="tuner"):
+        TuningJob(_trial, _event, SPACE, objective="accuracy", tuner="grid")
