@@ -4,10 +4,17 @@ IDX format (LeCun et al.): a big-endian header of two zero bytes, a type code (0
 unsigned bytes), the number of dimensions d, then d uint32 sizes, then the data in C
 order. Image files have magic 2051 (0x00000803: ubyte, 3 dims), label files 2049
 (0x00000801: ubyte, 1 dim).
+
+MNIST also ships with the package (`tfpriv/data/bundled/mnist/`, package data, CC BY-SA 3.0; see
+the README there): when `data_dir` is unset, or is a folder that holds none of the four mnist
+files, `load_mnist` reads the bundled copy, verified against the same MD5s. A `data_dir` that
+does not exist, or holds only some of the files, is still an error (a typo or a broken copy
+should not be replaced silently).
 """
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import pathlib
 import struct
@@ -27,6 +34,12 @@ _SPLIT_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
 }
+
+# Datasets whose original files ship inside the package, under BUNDLED_DIR/<name>/.
+BUNDLED_DIR = pathlib.Path(__file__).resolve().parent / "bundled"
+BUNDLED: tuple[str, ...] = ("mnist",)
+
+_log = logging.getLogger(__name__)
 
 # (dataset name, resolved data_dir) -> (identities of its four files, Dataset).
 _cache: dict[tuple[str, str], tuple[tuple, Dataset]] = {}
@@ -83,12 +96,44 @@ def _read_split(root: pathlib.Path, name: str, split: str) -> tuple[np.ndarray, 
     return images, labels
 
 
-def _load(name: str, data_dir: str | os.PathLike | None) -> Dataset:
+def _relpaths(name: str) -> list[str]:
+    return [f"{name}/{f}" for pair in _SPLIT_FILES.values() for f in pair]
+
+
+def bundled_root(name: str) -> pathlib.Path | None:
+    """The package folder holding `name`'s bundled files (BUNDLED_DIR), or None if not shipped."""
+    if name in BUNDLED and all((BUNDLED_DIR / rel).is_file() for rel in _relpaths(name)):
+        return BUNDLED_DIR
+    return None
+
+
+def data_root(name: str, data_dir: str | os.PathLike | None) -> pathlib.Path:
+    """The folder `name`'s files are read from: `data_dir`, or the bundled copy.
+
+    The bundled copy (mnist) is used when `data_dir` is None or an existing folder holding none
+    of the four files. Otherwise the messages are the usual ones: no `data_dir`
+    (`UsageError`), not a directory, or a missing file (`DataError`).
+    """
+    rels = _relpaths(name)
+    bundled = bundled_root(name)
+    if bundled is not None:
+        if data_dir is None:
+            return bundled
+        path = pathlib.Path(data_dir).expanduser()
+        if path.is_dir() and not any((path / rel).exists() for rel in rels):
+            _log.info("%s: %s has no %s/ files; reading the copy bundled with tfpriv (%s)",
+                      name, path, name, bundled / name)
+            return bundled
     root = checksums.require_data_dir(data_dir, name)
-    rels = [f"{name}/{f}" for pair in _SPLIT_FILES.values() for f in pair]
     for rel in rels:
         if not (root / rel).is_file():
             raise DataError(f"--data_dir: {root} has no {rel}")
+    return root
+
+
+def _load(name: str, data_dir: str | os.PathLike | None) -> Dataset:
+    root = data_root(name, data_dir)
+    rels = _relpaths(name)
     identities = tuple(checksums.file_identity(root / rel) for rel in rels)
     cache_key = (name, str(root.resolve()))
     hit = _cache.get(cache_key)
@@ -115,8 +160,12 @@ def _load(name: str, data_dir: str | os.PathLike | None) -> Dataset:
     return fresh_copy(ds)
 
 
-def load_mnist(data_dir: str | os.PathLike | None, *, seed: int = 0) -> Dataset:
-    """MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"}."""
+def load_mnist(data_dir: str | os.PathLike | None = None, *, seed: int = 0) -> Dataset:
+    """MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"}.
+
+    Read from `data_dir/mnist/`, or from the bundled copy if `data_dir` is None or holds no
+    mnist files (see the module docstring); MD5-verified either way.
+    """
     del seed  # fixed original split
     return _load("mnist", data_dir)
 

@@ -105,6 +105,9 @@ def load_dataset(
 ) -> Dataset:
     """Load dataset `name` from `data_dir` (files verified against their md5).
 
+    `mnist` also ships with the package: it is read from the bundled copy when `data_dir` is
+    None or an existing folder with no `mnist/` files (`tfpriv.data.idx.data_root`).
+
     `seed` only changes synthetic data (pinwheel); the train/test splits of real datasets
     are fixed so that test sets are comparable across runs. `download` is honoured only for
     `tfds:<name>` datasets; every other dataset is read offline. `feature_scaling`
