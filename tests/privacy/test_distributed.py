@@ -9,12 +9,17 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 
-def test_mirrored_strategy_adds_the_noise_once_for_the_global_batch():
+def _run_script(name: str) -> dict:
+    """Runs tests/privacy/scripts/NAME in a fresh process (2 logical CPUs) and returns its JSON line."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts/mirrored_noise.py")],
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts" / name)],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_mirrored_strategy_adds_the_noise_once_for_the_global_batch():
+    out = _run_script("mirrored_noise.py")
     assert out["replicas"] == 2
     assert out["steps"] == 1                      # one global step, not one per replica
     # 8200 coordinates: the sample std is within 4% of the truth with overwhelming probability;
@@ -25,11 +30,7 @@ def test_mirrored_strategy_adds_the_noise_once_for_the_global_batch():
 def test_modes_with_groups_of_examples_are_refused_on_two_replicas():
     """Keras splits a batch across replicas by position: batch clipping, micro's psi(batch) and
     multi-example partitions would be computed per replica (audit: sensitivity ratio 1.59 / 1.42)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts/mirrored_refusals.py")],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_script("mirrored_refusals.py")
     assert out["replicas"] == 2
     for refused in ("batch", "micro_with_batch_term", "termwise_b4"):
         assert out[refused].startswith("refused: DP engine:"), out[refused]

@@ -43,13 +43,19 @@ def _vae_run(directory, epochs):
     return model, out
 
 
-def test_vae_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
-    straight, out = _vae_run(tmp_path / "straight", epochs=2)
-    _vae_run(tmp_path / "resumed", epochs=1)
-    resumed, out2 = _vae_run(tmp_path / "resumed", epochs=2)
-    assert out2["resumed"] and out2["steps"] == out["steps"] == 20
+def _stopped_and_resumed(run, tmp_path):
+    """(straight model, its fit record, resumed model, its fit record): 2 epochs vs 1 + 1 after a restart."""
+    straight, out = run(tmp_path / "straight", epochs=2)
+    run(tmp_path / "resumed", epochs=1)
+    resumed, out2 = run(tmp_path / "resumed", epochs=2)
+    assert out2["resumed"] and out2["train_steps"] == out["train_steps"] == 20
     assert out2["epsilon"] == out["epsilon"]
-    _assert_identical(_weights(resumed.trainable_variables), _weights(straight.trainable_variables))
+    _assert_identical(_weights(resumed.variables), _weights(straight.variables))
+    return straight, out, resumed, out2
+
+
+def test_vae_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
+    _, out, _, out2 = _stopped_and_resumed(_vae_run, tmp_path)
     # the second epoch's logged losses equal the straight run's second epoch
     assert out2["history"]["loss"][-1] == out["history"]["loss"][-1]
 
@@ -69,13 +75,8 @@ def _gan_run(directory, epochs):
 
 
 def test_gan_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
-    straight, out = _gan_run(tmp_path / "straight", epochs=2)
-    _gan_run(tmp_path / "resumed", epochs=1)
-    resumed, out2 = _gan_run(tmp_path / "resumed", epochs=2)
-    assert out2["resumed"] and out2["train_steps"] == out["train_steps"] == 20
-    assert out2["epsilon"] == out["epsilon"]
-    _assert_identical(_weights(resumed.critic.trainable_variables), _weights(straight.critic.trainable_variables))
-    _assert_identical(_weights(resumed.generator.trainable_variables), _weights(straight.generator.trainable_variables))
+    straight, _, resumed, _ = _stopped_and_resumed(_gan_run, tmp_path)
+    assert len(straight.generator.variables) > 0  # model.variables covers critic and generator
 
 
 # -- filter stage 1 (micro DP-SGD VAE, checkpoints in a folder) -----------------------------------
