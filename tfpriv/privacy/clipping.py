@@ -10,6 +10,7 @@ alone under `tf.vectorized_map`. All expose the same operations the engine needs
   partition_sq_norms()   ||grad psi_j||^2                        [P]
   micro_sq_norms()       ||grad phi_i + grad sum_j psi_j||^2     [B]  (micro with batch terms)
   weighted(c_phi, c_psi) sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j
+                         (a group with coefficient 0 adds exactly 0, even if it holds NaN/inf)
 """
 from __future__ import annotations
 
@@ -41,6 +42,29 @@ def _sq_norms_factored(u: tf.Tensor, v: tf.Tensor, rows_per_group: float) -> tf.
         return tf.reduce_sum(uu * vv, axis=[1, 2])
     outer = tf.einsum("gri,grj->gij", u, v)
     return tf.reduce_sum(tf.square(outer), axis=[1, 2])
+
+
+def _balanced(u: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Rescales each pair of rows (u_t, v_t) to equal max-magnitude, leaving u_t ⊗ v_t unchanged.
+
+    Norms then overflow only when the gradient itself does: a huge layer input against a
+    zero output gradient (a saturated tanh) gives exact zeros, not inf * 0 = NaN. A row
+    holding NaN/inf is left as it is, so its group's norm comes out non-finite (dropped).
+    """
+    finite = (tf.reduce_all(tf.math.is_finite(u), axis=-1, keepdims=True)
+              & tf.reduce_all(tf.math.is_finite(v), axis=-1, keepdims=True))
+    mu = tf.reduce_max(tf.abs(u), axis=-1, keepdims=True)
+    mv = tf.reduce_max(tf.abs(v), axis=-1, keepdims=True)
+    zero = finite & ((mu == 0.0) | (mv == 0.0))
+    scale = tf.where(finite & ~zero, tf.sqrt(mv) / tf.sqrt(tf.where(zero, 1.0, mu)), 1.0)
+    scale = tf.clip_by_value(scale, 1e-18, 1e18)  # any finite positive scale is exact
+    return tf.where(zero, 0.0, u * scale), tf.where(zero, 0.0, v / scale)
+
+
+def _mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
+    """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
+    keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
+    return tf.where(keep, x, tf.zeros_like(x))
 
 
 def _flat_sq(x: tf.Tensor) -> tf.Tensor:
@@ -101,6 +125,7 @@ class FastPass:
                 bias = rows if bias is None else bias + rows
         u = us[0] if len(us) == 1 else tf.concat(us, axis=1)
         v = vs[0] if len(vs) == 1 else tf.concat(vs, axis=1)
+        u, v = _balanced(u, v)
         return u, v, bias
 
     def _layer_per_example(self, layer_id: int, grads: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -194,7 +219,10 @@ class FastPass:
 
     # -- weighted sums ------------------------------------------------------------------------
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
-        """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j, aligned with `variables`."""
+        """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j, aligned with `variables`.
+
+        A group with coefficient 0 contributes exactly 0, even if its quantities are NaN/inf.
+        """
         if method == "reweight":
             targets, weights = [self.phi], [c_phi]
             if self.psi is not None and c_psi is not None:
@@ -202,7 +230,14 @@ class FastPass:
                 weights.append(c_psi)
             grads = self.tape.gradient(targets, self.variables, output_gradients=weights,
                                        unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            return grads
+            # A weight-0 group's backward pass is 0, or NaN where its activations are NaN/inf
+            # (0 * inf): every VJP is linear in the weight, selections only route 0 or NaN, and
+            # NaN survives sums. A finite result is therefore exact; otherwise the book-keeping
+            # sum, which masks dropped rows, is used.
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+            for which in ("phi", "psi")[:len(weights)]:
+                self._quantities(which)  # cached outside the cond's branches
+            return tf.cond(finite, lambda: grads, lambda: self.weighted(c_phi, c_psi))
         taps = self.recorder.taps
         result: dict[int, tf.Tensor] = {}
 
@@ -219,12 +254,17 @@ class FastPass:
             if g_phi is None and g_psi is None:
                 continue
             if isinstance(rule, layer_rules.FactorRule):
-                g_w = None
+                g_w, alive = None, None
                 for g, coef in ((g_phi, c_phi), (g_psi, psi_example)):
                     if g is not None:
-                        term = g * _row_coefficients(coef, tf.shape(g)[0], self.batch_size, g.shape.rank)
+                        row_coef = _row_coefficients(coef, tf.shape(g)[0], self.batch_size, g.shape.rank)
+                        term = tf.where(row_coef != 0.0, g * row_coef, 0.0)
                         g_w = term if g_w is None else g_w + term
+                        keep = tf.reshape(row_coef, [-1]) != 0.0
+                        alive = keep if alive is None else alive | keep
                 u, v = rule.factors(tap, g_w)
+                # Rows of dropped examples may hold NaN/inf layer inputs: zero them, not 0 * inf.
+                u, v = _mask_rows(u, alive), _mask_rows(v, alive)
                 outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
                 add(tap.layer.kernel, rule.kernel_from_outer(tap.layer, outer))
                 if tap.layer.use_bias:
@@ -236,9 +276,9 @@ class FastPass:
                 for j, var in enumerate(self.recorder.layer_vars[id(tap.layer)]):
                     parts = []
                     if per_phi is not None:
-                        parts.append(tf.tensordot(c_phi, per_phi[j], axes=1))
+                        parts.append(tf.tensordot(c_phi, _mask_rows(per_phi[j], c_phi != 0.0), axes=1))
                     if per_psi is not None:
-                        parts.append(tf.tensordot(psi_example, per_psi[j], axes=1))
+                        parts.append(tf.tensordot(psi_example, _mask_rows(per_psi[j], psi_example != 0.0), axes=1))
                     if parts:
                         add(var, tf.add_n(parts))
         return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
@@ -271,10 +311,13 @@ class JacobianSums:
         return total
 
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
-        """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here)."""
-        out = [tf.tensordot(c_phi, j, axes=1) for j in self.j_phi]
+        """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here).
+
+        Rows with coefficient 0 are masked first, so a dropped NaN/inf row contributes exactly 0.
+        """
+        out = [tf.tensordot(c_phi, _mask_rows(j, c_phi != 0.0), axes=1) for j in self.j_phi]
         if self.j_psi is not None and c_psi is not None:
-            out = [o + tf.tensordot(c_psi, j, axes=1) for o, j in zip(out, self.j_psi)]
+            out = [o + tf.tensordot(c_psi, _mask_rows(j, c_psi != 0.0), axes=1) for o, j in zip(out, self.j_psi)]
         return out
 
 

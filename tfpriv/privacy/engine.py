@@ -14,6 +14,8 @@ B is the expected batch size q*N (a fixed denominator), b the number of partitio
 `fast` (ghost norms, `clipping.FastPass`), `per_example` (each example's loss alone under
 `tf.vectorized_map`, `per_example.PerExamplePass`) or `vectorized` (`tape.jacobian`,
 `clipping.VectorizedPass`); clip factors, weighted sums and noise are the same code for all.
+An example (partition, batch group) with NaN/inf inputs or a NaN/inf gradient norm gets clip
+factor exactly 0 and contributes exactly 0 (`docs/privacy.md`, "Non-finite and extreme examples").
 Clipped sums are computed per replica; under a `tf.distribute` strategy each replica adds
 noise of variance std^2/R so the all-reduced sum carries exactly one noise of the
 documented std (the sum of R independent Gaussians), so the privacy analysis is unchanged.
@@ -39,6 +41,27 @@ LossFn = Callable[[object, BatchLayout], LossTerms]
 
 def batch_size_of(inputs) -> tf.Tensor:
     return tf.shape(tf.nest.flatten(inputs)[0])[0]
+
+
+def finite_examples(inputs, batch_size: tf.Tensor):
+    """(inputs with the rows of examples holding a NaN/inf floating input set to 0, ok [B] bool).
+
+    The engine drops those examples (clip factor 0). Zeroing them also keeps their NaN/inf out
+    of Jacobians of the whole batch's forward pass, where activations * 0 would spread NaN to
+    every other row. Every floating input tensor is taken to have a leading batch axis.
+    """
+    flat = [tf.convert_to_tensor(t) if isinstance(t, np.ndarray) else t for t in tf.nest.flatten(inputs)]
+    rows = [i for i, t in enumerate(flat)
+            if isinstance(t, tf.Tensor) and t.dtype.is_floating and (t.shape.rank or 0) >= 1]
+    ok = tf.ones([batch_size], tf.bool)
+    if not rows:
+        return inputs, ok
+    for i in rows:
+        ok &= tf.reduce_all(tf.math.is_finite(flat[i]), axis=list(range(1, flat[i].shape.rank)))
+    for i in rows:
+        keep = tf.reshape(ok, [-1] + [1] * (flat[i].shape.rank - 1))
+        flat[i] = tf.where(keep, flat[i], tf.zeros_like(flat[i]))
+    return tf.nest.pack_sequence_as(inputs, flat), ok
 
 
 class DPGradientEngine:
@@ -119,18 +142,27 @@ class DPGradientEngine:
         return BatchLayout.random(batch_size, b, self.generator)
 
     def gradients(self, loss_fn: LossFn, inputs) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
-        """Privatized gradients aligned with `self.variables`, plus term means for logging."""
+        """Privatized gradients aligned with `self.variables`, plus logs: term means and `dropped`.
+
+        An example (partition) with a NaN/inf input or a NaN/inf (overflowing) gradient norm gets
+        clip factor 0 and contributes exactly 0; the accountant still counts it, and `dropped`
+        is the number of examples plus partitions dropped (the batch size when `batch` mode
+        drops its one group). Term means average finite values of undropped examples only.
+        """
         cfg = self.config
         batch_size = batch_size_of(inputs)
         layout = self.layout(batch_size)
         if cfg.aggregation in ("none", "batch"):
             return self._whole_batch_gradients(loss_fn, inputs, layout, batch_size)
+        inputs, ok = finite_examples(inputs, batch_size)
         p, terms = self._pass(loss_fn, inputs, layout, batch_size)
-        c_phi, c_psi = self._coefficients(p, batch_size)
+        c_phi, c_psi, dropped = self._coefficients(p, batch_size, layout, ok)
         grads = p.weighted(c_phi / cfg.expected_batch_size,
                            None if c_psi is None else c_psi / self._psi_denominator(),
                            method=cfg.clipped_sum)
-        return self._add_noise(grads), self._logs(terms, layout, batch_size)
+        logs = self._logs(terms, layout, batch_size, ok)
+        logs["dropped"] = dropped
+        return self._add_noise(grads), logs
 
     def _psi_denominator(self) -> float:
         if self.config.aggregation == "micro":
@@ -151,11 +183,18 @@ class DPGradientEngine:
                 denom_psi = tf.cast(tf.maximum(layout.num_partitions, 1), tf.float32)
             loss = tf.reduce_sum(phi) / denom_phi + tf.reduce_sum(psi) / denom_psi
         grads = tape.gradient(loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        dropped = tf.constant(0.0)
         if cfg.private:
+            grads = [tf.convert_to_tensor(g) for g in grads]
             norm = tf.linalg.global_norm(grads)
+            # A NaN/inf (or overflowing) group gradient is dropped: noise only, not 0 * inf.
+            ok = tf.math.is_finite(norm)
             scale = tf.minimum(1.0, cfg.l2_norm_clip / tf.maximum(norm, 1e-12))
-            grads = self._add_noise([g * scale for g in grads])
-        return grads, self._logs(terms, layout, batch_size)
+            grads = self._add_noise([tf.where(ok, g * scale, tf.zeros_like(g)) for g in grads])
+            dropped = tf.where(ok, 0.0, tf.cast(batch_size, tf.float32))
+        logs = self._logs(terms, layout, batch_size)
+        logs["dropped"] = dropped
+        return grads, logs
 
     def _forward(self, loss_fn, inputs, layout, watch=()):
         """One recorded forward pass: (persistent tape, terms, phi [B], psi [P] or None)."""
@@ -188,25 +227,41 @@ class DPGradientEngine:
         return per_example_pass(loss_fn, inputs, self.variables, self.spec, layout, batch_size,
                                 self.batch_terms, singleton)
 
-    def _coefficients(self, p, batch_size):
-        """Clip factors min(1, C/||g||) per example (and per partition)."""
+    def _coefficients(self, p, batch_size, layout: BatchLayout, ok: tf.Tensor):
+        """Clip factors min(1, C/||g||) per example (and per partition), and the number dropped.
+
+        ok [B]: examples whose inputs are finite. A group with a non-finite squared norm, or
+        holding an example that is not ok, gets factor exactly 0 (dropped; it stays sampled,
+        so the accountant is unchanged). micro with batch-wise terms drops every example when
+        one is not ok, since psi(batch) holds it.
+        """
         cfg = self.config
 
-        def factor(sq, clip):
-            return tf.minimum(1.0, clip / tf.maximum(tf.sqrt(tf.maximum(sq, 0.0)), 1e-12))
+        def factor(sq, clip, keep):
+            keep = keep & tf.math.is_finite(sq)
+            f = tf.minimum(1.0, clip / tf.maximum(tf.sqrt(tf.maximum(sq, 0.0)), 1e-12))
+            return tf.where(keep, f, 0.0), tf.reduce_sum(tf.cast(~keep, tf.float32))
 
         if cfg.aggregation == "micro":
             if not self.batch_terms:
-                return factor(p.sample_sq_norms(), cfg.l2_norm_clip), None
-            w = factor(p.micro_sq_norms(), cfg.l2_norm_clip)
+                c_phi, dropped = factor(p.sample_sq_norms(), cfg.l2_norm_clip, ok)
+                return c_phi, None, dropped
+            w, dropped = factor(p.micro_sq_norms(), cfg.l2_norm_clip, ok & tf.reduce_all(ok))
             # Batches above max_batch_size contribute nothing (noise only): keeps the
             # sensitivity at (2*max_batch_size - 1) * C whatever the sampled size.
             w *= tf.cast(batch_size <= cfg.max_batch_size, w.dtype)
-            return w, tf.reshape(tf.reduce_sum(w), [1])
-        c_phi = factor(p.sample_sq_norms(), cfg.l2_norm_clip)
+            return w, tf.reshape(tf.reduce_sum(w), [1]), dropped
+        c_phi, dropped = factor(p.sample_sq_norms(), cfg.l2_norm_clip, ok)
         if not self.batch_terms:
-            return c_phi, None
-        return c_phi, factor(p.partition_sq_norms(), cfg.batch_clip)
+            return c_phi, None, dropped
+        c_psi, dropped_psi = factor(p.partition_sq_norms(), cfg.batch_clip, self._partitions_ok(layout, ok))
+        return c_phi, c_psi, dropped + dropped_psi
+
+    @staticmethod
+    def _partitions_ok(layout: BatchLayout, ok: tf.Tensor) -> tf.Tensor:
+        """[P]: partitions all of whose examples are ok (empty partitions too)."""
+        bad = tf.math.unsorted_segment_max(tf.cast(~ok, tf.int32), layout.partition_ids, layout.num_partitions)
+        return bad <= 0
 
     def _add_noise(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
         std = self.noise_stddev
@@ -216,11 +271,26 @@ class DPGradientEngine:
         std_per_replica = std / math.sqrt(replicas)
         return [g + self.generator.normal(tf.shape(g), stddev=std_per_replica, dtype=g.dtype) for g in grads]
 
-    def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size) -> dict[str, tf.Tensor]:
-        n = tf.cast(tf.maximum(batch_size, 1), tf.float32)
-        logs = {name: tf.reduce_sum(v) / n for name, v in terms.sample.items()}
-        parts = tf.cast(tf.maximum(layout.num_partitions, 1), tf.float32)
-        logs.update({name: tf.reduce_sum(v) / parts for name, v in terms.batch.items()})
+    def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size,
+              ok: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+        """Term means over examples (partitions); only finite values of examples that are `ok`
+        (partitions holding only such examples) are averaged, so one bad example cannot make
+        the progress bar NaN. Logs are not privatized."""
+        ok = tf.ones([batch_size], tf.bool) if ok is None else ok
+
+        def mean(v, keep):
+            v = tf.convert_to_tensor(v)
+            if v.shape.rank != 1:  # not one value per example (partition): finite values over its size
+                total = tf.reduce_sum(tf.where(tf.math.is_finite(v), v, 0.0))
+                return total / tf.cast(tf.maximum(tf.size(keep), 1), v.dtype)
+            keep = keep & tf.math.is_finite(v)
+            total = tf.reduce_sum(tf.where(keep, v, 0.0))
+            return total / tf.maximum(tf.reduce_sum(tf.cast(keep, v.dtype)), 1.0)
+
+        logs = {name: mean(v, ok) for name, v in terms.sample.items()}
+        if terms.batch:
+            parts_ok = self._partitions_ok(layout, ok)
+            logs.update({name: mean(v, parts_ok) for name, v in terms.batch.items()})
         return logs
 
     # -- reference computations (tests, verification) -------------------------------------------
@@ -228,9 +298,11 @@ class DPGradientEngine:
         """Un-noised, un-normalised clipped sums and the norms they came from (for tests)."""
         batch_size = batch_size_of(inputs)
         layout = layout or self.layout(batch_size)
+        inputs, ok = finite_examples(inputs, batch_size)
         p, _ = self._pass(loss_fn, inputs, layout, batch_size)
-        c_phi, c_psi = self._coefficients(p, batch_size)
-        out = {"sample": p.weighted(c_phi, None, method=self.config.clipped_sum), "layout": layout}
+        c_phi, c_psi, dropped = self._coefficients(p, batch_size, layout, ok)
+        out = {"sample": p.weighted(c_phi, None, method=self.config.clipped_sum), "layout": layout,
+               "dropped": dropped}
         if c_psi is not None:
             out["batch"] = p.weighted(tf.zeros_like(c_phi), c_psi, method=self.config.clipped_sum)
             if self.config.aggregation == "micro":
@@ -253,6 +325,7 @@ class DPGradientEngine:
         inputs = tf.nest.map_structure(lambda t: t[:max_examples], inputs)
         batch_size = batch_size_of(inputs)
         layout = self.layout(batch_size)
+        inputs, _ = finite_examples(inputs, batch_size)  # as in training: NaN/inf examples zeroed
         float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
         tape, _, phi, psi = self._forward(loss_fn, inputs, layout, watch=float_inputs)
         n = int(batch_size)
@@ -290,7 +363,9 @@ class DPGradientEngine:
             else:
                 checks.append(("per-partition", checked.partition_sq_norms(), slow.partition_sq_norms()))
         for what, a, b in checks:
-            a, b = np.sqrt(np.maximum(a.numpy(), 0)), np.sqrt(np.maximum(b.numpy(), 0))
-            if not np.allclose(a, b, rtol=rtol, atol=1e-6 * max(1.0, float(np.max(b, initial=0.0)))):
+            # NaN or inf on both sides: both paths drop that example (partition).
+            a, b = (np.where(np.isfinite(s), np.sqrt(np.maximum(s, 0)), np.inf) for s in (a.numpy(), b.numpy()))
+            scale = float(np.max(b[np.isfinite(b)], initial=0.0))
+            if not np.allclose(a, b, rtol=rtol, atol=1e-6 * max(1.0, scale)):
                 raise ConfigError(f"DP engine: {why[0]} ({what} gradient norms {a[:4]} vs per-example "
                                   f"Jacobian {b[:4]}); {why[1]}")

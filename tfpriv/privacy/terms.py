@@ -87,7 +87,11 @@ class BatchLayout:
         return cls(tf.zeros([batch_size], tf.int32), 1)
 
     def gather(self, rows: tf.Tensor) -> tf.Tensor:
-        """[B, ...] -> [P, M, ...], padded rows zeroed (use `mask` to ignore them)."""
+        """[B, ...] -> [P, M, ...], padded rows zeroed (use `mask` to ignore them).
+
+        Padded slots repeat row 0; they are selected away (not multiplied by 0), so a NaN/inf
+        in row 0 stays in row 0's partition.
+        """
         grouped = tf.gather(rows, self.index)
         mask = tf.reshape(self.mask, tf.concat([tf.shape(self.mask), tf.ones([tf.rank(rows) - 1], tf.int32)], 0))
-        return grouped * tf.cast(mask, grouped.dtype)
+        return tf.where(mask > 0, grouped, tf.zeros_like(grouped))
