@@ -212,15 +212,63 @@ class DPGradientEngine:
     def _pass(self, loss_fn, inputs, layout, batch_size):
         cfg = self.config
         if self.per_example:
-            return self._per_example_pass(loss_fn, inputs, layout, batch_size)
+            p, terms = self._per_example_pass(loss_fn, inputs, layout, batch_size)
+            return self._isolated_if_contaminated(p, loss_fn, inputs, layout, batch_size), terms
         tape, terms, phi, psi = self._forward(loss_fn, inputs, layout)
         if self.recorder is not None:
             b = cfg.partitions_for_batch_terms
             rows = 1.0 if b == SINGLETON_PARTITIONS else cfg.expected_batch_size / b
-            p = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, rows)
-        else:
-            p = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
-        return p, terms
+            return FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, rows), terms
+        p = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
+        return self._isolated_if_contaminated(p, loss_fn, inputs, layout, batch_size), terms
+
+    def _isolated_if_contaminated(self, p, loss_fn, inputs, layout: BatchLayout, batch_size):
+        """Rows of a Jacobian of one whole-batch forward pass, recomputed each alone if any is non-finite.
+
+        The `vectorized` path's rows (and `per_example`'s rows of multi-example partitions) are
+        gradients through one forward pass of the whole batch: an example whose finite inputs
+        overflow inside the model (e.g. 3e38 features) has inf/NaN activations that the backward
+        pass of every other row multiplies by a zero cotangent (0 * inf = NaN), so all rows would
+        be dropped and one example could remove the whole sum. Then each example's phi (each
+        partition's psi) is recomputed from a forward pass of its own rows alone, so only the
+        culprit's row stays non-finite and only it is dropped. micro's psi(batch) holds every
+        example by definition and is left as it is (dropping all is within its sensitivity).
+        """
+        isolate_phi = isinstance(p, VectorizedPass)
+        isolate_psi = p.j_psi is not None and self.config.aggregation == "termwise" and not (
+            self.per_example and self.config.partitions_for_batch_terms == SINGLETON_PARTITIONS)
+        if not (isolate_phi or isolate_psi):
+            return p
+        rows = (list(p.j_phi) if isolate_phi else []) + (list(p.j_psi) if isolate_psi else [])
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(j)) for j in rows])
+        signature = [tf.TensorSpec(v.shape, v.dtype) for v in self.variables]
+
+        def grads_of(x, n, which):
+            with tf.GradientTape() as tape:
+                terms = loss_fn(x, BatchLayout.single(n))
+                value = tf.reduce_sum(terms.sample_total() if which == "phi" else terms.batch_total(1))
+            return tape.gradient(value, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+        def alone():
+            out = []
+            if isolate_phi:
+                out += tf.map_fn(lambda i: grads_of(tf.nest.map_structure(lambda t: t[i:i + 1], inputs), 1, "phi"),
+                                 tf.range(batch_size), fn_output_signature=signature)
+            if isolate_psi:
+                def partition(j):
+                    members = tf.boolean_mask(layout.index[j], layout.mask[j] > 0)
+                    x = tf.nest.map_structure(lambda t: tf.gather(t, members), inputs)
+                    return grads_of(x, tf.shape(members)[0], "psi")
+                out += tf.map_fn(partition, tf.range(layout.num_partitions), fn_output_signature=signature)
+            return out
+
+        rows = tf.cond(finite, lambda: rows, alone)
+        k = len(self.variables)
+        if isolate_phi:
+            p.j_phi, rows = rows[:k], rows[k:]
+        if isolate_psi:
+            p.j_psi = rows[:k]
+        return p
 
     def _per_example_pass(self, loss_fn, inputs, layout, batch_size):
         singleton = self.config.partitions_for_batch_terms == SINGLETON_PARTITIONS
