@@ -93,17 +93,17 @@ def test_data_dir_without_mnist_falls_back(tmp_path, data_dir):
 def test_partial_or_missing_data_dir_is_still_an_error(tmp_path, data_dir):
     (tmp_path / "mnist").mkdir()
     shutil.copyfile(data_dir / "mnist" / FILES[1], tmp_path / "mnist" / FILES[1])
-    with pytest.raises(DataError, match=f"^--data_dir: {tmp_path} has no mnist/train-images-idx3-ubyte.gz$"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no mnist/train-images-idx3-ubyte.gz$"):
         load_dataset("mnist", tmp_path)
     missing = tmp_path / "nope"
-    with pytest.raises(DataError, match=f"^--data_dir: {missing} is not a directory"):
+    with pytest.raises(DataError, match=f"^data_dir: {missing} is not a directory"):
         load_dataset("mnist", missing)
 
 
 def test_other_datasets_are_not_bundled(tmp_path):
-    with pytest.raises(UsageError, match="^--data_dir: required for dataset 'fashion_mnist'"):
+    with pytest.raises(UsageError, match="^data_dir: required for dataset 'fashion_mnist'"):
         load_dataset("fashion_mnist")
-    with pytest.raises(DataError, match=f"^--data_dir: {tmp_path} has no fashion_mnist/"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no fashion_mnist/"):
         load_dataset("fashion_mnist", tmp_path)
 
 
@@ -134,7 +134,7 @@ def test_corrupt_bundled_copy_fails_loudly(monkeypatch, tmp_path):
 def test_without_the_bundled_copy_the_old_errors_stand(monkeypatch, tmp_path):
     monkeypatch.setattr(idx, "BUNDLED_DIR", tmp_path / "not_installed")
     assert idx.bundled_root("mnist") is None
-    with pytest.raises(UsageError, match="^--data_dir: required for dataset 'mnist'"):
+    with pytest.raises(UsageError, match="^data_dir: required for dataset 'mnist'"):
         load_dataset("mnist")
-    with pytest.raises(DataError, match=f"^--data_dir: {tmp_path} has no mnist/"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no mnist/"):
         load_dataset("mnist", tmp_path)

@@ -47,11 +47,11 @@ def test_corrupt_file_names_path_and_both_md5s(data_dir, tmp_path):
 
 
 def test_missing_file_and_missing_dir(tmp_path):
-    with pytest.raises(DataError, match=r"^--data_dir: .* has no adult/adult\.data$"):
+    with pytest.raises(DataError, match=r"^data_dir: .* has no adult/adult\.data$"):
         checksums.verified_file(tmp_path, "adult/adult.data")
-    with pytest.raises(DataError, match="--data_dir: .*nope is not a directory"):
+    with pytest.raises(DataError, match="^data_dir: .*nope is not a directory"):
         checksums.require_data_dir(tmp_path / "nope", "adult")
-    with pytest.raises(UsageError, match="--data_dir: required for dataset 'adult'"):
+    with pytest.raises(UsageError, match="^data_dir: required for dataset 'adult'"):
         checksums.require_data_dir(None, "adult")
 
 

@@ -16,7 +16,7 @@ def test_unknown_name_lists_valid_ones():
     with pytest.raises(UsageError) as err:
         load_dataset("cifar10")
     msg = str(err.value)
-    assert msg.startswith("--dataset: unknown dataset 'cifar10'") and "\n" not in msg
+    assert msg.startswith("dataset: unknown dataset 'cifar10'") and "\n" not in msg
     assert all(name in msg for name in DATASETS) and "tfds:<name>" in msg
     assert not isinstance(err.value, DataError)
 
@@ -24,13 +24,13 @@ def test_unknown_name_lists_valid_ones():
 # mnist is bundled with the package: without a usable data_dir it reads that copy (test_bundled.py).
 @pytest.mark.parametrize("name", ["fashion_mnist", "adult", "abalone"])
 def test_file_datasets_need_data_dir(name):
-    with pytest.raises(UsageError, match=f"^--data_dir: required for dataset '{name}'"):
+    with pytest.raises(UsageError, match=f"^data_dir: required for dataset '{name}'"):
         load_dataset(name)
 
 
 @pytest.mark.parametrize("name", ["fashion_mnist", "adult", "abalone"])
 def test_empty_data_dir(name, tmp_path):
-    with pytest.raises(DataError, match=f"^--data_dir: {tmp_path} has no {name}/"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no {name}/"):
         load_dataset(name, tmp_path)
 
 

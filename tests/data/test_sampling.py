@@ -33,6 +33,6 @@ def test_poisson_batch_sizes_follow_the_sampling_rate():
 
 
 def test_seeds_are_checked_and_drawn_from_the_os():
-    with pytest.raises(ConfigError, match="--seed"):
+    with pytest.raises(ConfigError, match="^seed: "):
         make_dataset(X, 10, "poisson", -1)
     assert new_sampling_seed() != new_sampling_seed()

@@ -19,11 +19,11 @@ def test_not_downloaded_is_one_line_data_error(tmp_path):
 
 
 def test_bad_names_and_dirs(tmp_path):
-    with pytest.raises(DataError, match="^tfds:mnist: --data_dir .*nope is not a directory"):
+    with pytest.raises(DataError, match=r"^data_dir: .*nope is not a directory and download is off \(tfds:mnist\)"):
         load_tfds("mnist", tmp_path / "nope", download=False)
-    with pytest.raises(UsageError, match="^--dataset: tfds:no_such_dataset_xyz is not a known"):
+    with pytest.raises(UsageError, match="^dataset: tfds:no_such_dataset_xyz is not a known"):
         load_dataset("tfds:no_such_dataset_xyz", tmp_path)
-    with pytest.raises(UsageError, match="^--data_dir: required for dataset 'tfds:mnist'"):
+    with pytest.raises(UsageError, match="^data_dir: required for dataset 'tfds:mnist'"):
         load_dataset("tfds:mnist")
     with pytest.raises(UsageError, match="needs a TFDS dataset name"):
         load_dataset("tfds:", tmp_path)

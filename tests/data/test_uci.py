@@ -106,7 +106,7 @@ def test_abalone_split_recovers_raw_records(data_dir, abalone):
 def test_uci_corrupt_and_missing(data_dir, tmp_path):
     (tmp_path / "adult").mkdir()
     shutil.copyfile(data_dir / "adult/adult.data", tmp_path / "adult/adult.data")
-    with pytest.raises(DataError, match=f"^--data_dir: {tmp_path} has no adult/adult.test$"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no adult/adult.test$"):
         load_dataset("adult", tmp_path)
     (tmp_path / "abalone").mkdir()
     target = tmp_path / "abalone/abalone.data"
@@ -270,10 +270,10 @@ def test_resolve_feature_scaling(requested, dataset, private, expected):
 
 
 @pytest.mark.parametrize("requested,dataset,private,message", [
-    ("train", "adult", True, "--feature_scaling: train scales adult's features with statistics of the private"),
-    ("train", "abalone", True, "--feature_scaling: train scales abalone's features"),
-    ("minmax", "adult", False, "--feature_scaling: must be one of auto, public, train, got 'minmax'"),
-    ("public", "mnist", True, "--feature_scaling: only applies to --dataset=adult or abalone, got --dataset=mnist"),
+    ("train", "adult", True, "feature_scaling: train scales adult's features with statistics of the private"),
+    ("train", "abalone", True, "feature_scaling: train scales abalone's features"),
+    ("minmax", "adult", False, "feature_scaling: must be one of auto, public, train, got 'minmax'"),
+    ("public", "mnist", True, "feature_scaling: only applies to dataset=adult or abalone, got dataset=mnist"),
 ])
 def test_resolve_feature_scaling_refusals(requested, dataset, private, message):
     from tfpriv.errors import UsageError
@@ -286,5 +286,5 @@ def test_resolve_feature_scaling_refusals(requested, dataset, private, message):
 def test_loaders_refuse_unknown_scaling(data_dir):
     from tfpriv.errors import UsageError
 
-    with pytest.raises(UsageError, match="--feature_scaling: must be one of public, train, got 'auto'"):
+    with pytest.raises(UsageError, match="^scaling: must be one of public, train, got 'auto'"):
         uci.load_abalone(data_dir, scaling="auto")

@@ -54,7 +54,7 @@ def test_partitions_are_independent_and_padding_is_ignored():
 
 def test_unknown_divergence_is_refused():
     assert make_divergence("none") is None
-    with pytest.raises(ConfigError, match="--regularizer"):
+    with pytest.raises(ConfigError, match="^regularizer: "):
         make_divergence("wasserstein")
 
 

@@ -51,7 +51,7 @@ def test_config_round_trip_and_errors():
     p = SparseMixture(4, gamma=0.5, sigma0_sq=0.1)
     q = prior_from_config(p.config())
     np.testing.assert_allclose(q.log_prob(np.ones([1, 4], np.float32)), p.log_prob(np.ones([1, 4], np.float32)))
-    with pytest.raises(ConfigError, match="--prior"):
+    with pytest.raises(ConfigError, match="^prior: "):
         make_prior("laplace", 2)
-    with pytest.raises(ConfigError, match="--latent_dim"):
+    with pytest.raises(ConfigError, match="^latent_dim: "):
         make_prior("mixture", 3)

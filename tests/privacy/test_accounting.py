@@ -54,7 +54,7 @@ def test_calibration_reaches_the_target_from_below():
 
 
 def test_calibration_refuses_unreachable_targets():
-    with pytest.raises(ConfigError, match="--epsilon"):
+    with pytest.raises(ConfigError, match="^target_epsilon: "):
         acc.calibrate_noise(1e-9, 1e-5, 0.5, 10**6)
 
 

@@ -81,10 +81,10 @@ def verify_md5(path: str | os.PathLike, expected_md5: str) -> pathlib.Path:
 def require_data_dir(data_dir: str | os.PathLike | None, dataset: str) -> pathlib.Path:
     """`data_dir` as a Path; `UsageError` if it is unset or not a directory."""
     if data_dir is None:
-        raise UsageError(f"--data_dir: required for dataset {dataset!r} (it reads files)")
+        raise UsageError(f"data_dir: required for dataset {dataset!r} (it reads files)")
     path = pathlib.Path(data_dir).expanduser()
     if not path.is_dir():
-        raise DataError(f"--data_dir: {path} is not a directory (needed for dataset {dataset!r})")
+        raise DataError(f"data_dir: {path} is not a directory (needed for dataset {dataset!r})")
     return path
 
 
@@ -94,7 +94,7 @@ def verified_file(data_dir: str | os.PathLike, relpath: str) -> pathlib.Path:
         raise KeyError(f"no checksum recorded for {relpath!r}")
     path = pathlib.Path(data_dir) / relpath
     if not path.is_file():
-        raise DataError(f"--data_dir: {data_dir} has no {relpath}")
+        raise DataError(f"data_dir: {data_dir} has no {relpath}")
     return verify_md5(path, MD5[relpath])
 
 

@@ -127,7 +127,7 @@ def data_root(name: str, data_dir: str | os.PathLike | None) -> pathlib.Path:
     root = checksums.require_data_dir(data_dir, name)
     for rel in rels:
         if not (root / rel).is_file():
-            raise DataError(f"--data_dir: {root} has no {rel}")
+            raise DataError(f"data_dir: {root} has no {rel}")
     return root
 
 

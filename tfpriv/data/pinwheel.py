@@ -27,13 +27,13 @@ SCALE = 10.0  # the original multiplies the rotated points by 10
 
 
 def check_scale(scale) -> float:
-    """`scale` as a float; UsageError naming --pinwheel_scale unless finite and > 0."""
+    """`scale` as a float; UsageError naming `scale` unless finite and > 0."""
     try:
         value = float(scale)
     except (TypeError, ValueError):
-        raise UsageError(f"--pinwheel_scale: must be a number > 0, got {scale!r}") from None
+        raise UsageError(f"scale: must be a number > 0, got {scale!r}") from None
     if not (np.isfinite(value) and value > 0):
-        raise UsageError(f"--pinwheel_scale: must be finite and > 0, got {scale!r}")
+        raise UsageError(f"scale: must be finite and > 0, got {scale!r}")
     return value
 
 
@@ -54,7 +54,7 @@ def make_pinwheel(
             f"got {num_per_class} and {num_classes}"
         )
     if int(seed) < 0:
-        raise UsageError(f"--seed: must be >= 0, got {seed}")
+        raise UsageError(f"seed: must be >= 0, got {seed}")
     scale = check_scale(scale)
     rng = np.random.default_rng(seed)
     rads = np.linspace(0.0, 2.0 * np.pi, num_classes, endpoint=False)

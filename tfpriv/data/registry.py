@@ -116,14 +116,14 @@ def load_dataset(
     data-dependent preprocessing and ignore it.
     """
     if not isinstance(name, str) or not name:
-        raise UsageError(f"--dataset: must be one of {_valid_names()}, got {name!r}")
+        raise UsageError(f"dataset: must be one of {_valid_names()}, got {name!r}")
     if name.startswith(TFDS_PREFIX):
         from tfpriv.data.tfds_source import load_tfds
 
         return load_tfds(name[len(TFDS_PREFIX):], data_dir, download=download)
     target = _LOADERS.get(name)
     if target is None:
-        raise UsageError(f"--dataset: unknown dataset {name!r}; valid: {_valid_names()}")
+        raise UsageError(f"dataset: unknown dataset {name!r}; valid: {_valid_names()}")
     module_name, func_name = target.split(":")
     loader = getattr(importlib.import_module(module_name), func_name)
     if feature_scaling is not None and name in _SCALED:

@@ -50,7 +50,7 @@ def new_sampling_seed() -> int:
 
 def _check_seed(seed: int) -> int:
     if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"--seed: must be a non-negative integer, got {seed!r}")
+        raise ConfigError(f"seed: must be a non-negative integer, got {seed!r}")
     return int(seed)
 
 
@@ -59,7 +59,7 @@ def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0
     parts = _as_tuple(arrays)
     n = len(parts[0])
     if not 0 < sampling_rate <= 1:
-        raise ConfigError(f"--batch_size: sampling rate q = B/N must be in (0, 1], got {sampling_rate}")
+        raise ConfigError(f"sampling_rate: q = B/N must be in (0, 1], got {sampling_rate}")
     seed = _check_seed(seed)
 
     def generate():
@@ -79,7 +79,7 @@ def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> 
     parts = _as_tuple(arrays)
     n = len(parts[0])
     if not 1 <= batch_size <= n:
-        raise ConfigError(f"--batch_size: must be between 1 and the dataset size {n}, got {batch_size}")
+        raise ConfigError(f"batch_size: must be between 1 and the dataset size {n}, got {batch_size}")
     seed = _check_seed(seed)
     per_epoch = n // batch_size
 
@@ -99,9 +99,9 @@ def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> 
 def sampling_rate_and_steps(num_examples: int, batch_size: int, sampling: str) -> tuple[float, int]:
     """(sampling rate q = B/N, steps per epoch) for a sampling scheme."""
     if sampling not in SAMPLINGS:
-        raise ConfigError(f"--sampling: must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        raise ConfigError(f"sampling: must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     if not 1 <= batch_size <= num_examples:
-        raise ConfigError(f"--batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
+        raise ConfigError(f"batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
     q = batch_size / num_examples
     steps_per_epoch = max(1, num_examples // batch_size) if sampling == "shuffle" else max(1, round(1 / q))
     return q, steps_per_epoch

@@ -48,12 +48,12 @@ def load_tfds(name: str, data_dir: str | os.PathLike | None, *, download: bool =
     """Load TFDS dataset `name` (train and test splits) from `data_dir` as a `Dataset`."""
     label = f"tfds:{name}"
     if not name:
-        raise UsageError("--dataset: tfds:<name> needs a TFDS dataset name, e.g. tfds:mnist")
+        raise UsageError("dataset: tfds:<name> needs a TFDS dataset name, e.g. tfds:mnist")
     if data_dir is None:
-        raise UsageError(f"--data_dir: required for dataset {label!r}")
+        raise UsageError(f"data_dir: required for dataset {label!r}")
     root = pathlib.Path(data_dir).expanduser()
     if not download and not root.is_dir():
-        raise DataError(f"{label}: --data_dir {root} is not a directory and download is off")
+        raise DataError(f"data_dir: {root} is not a directory and download is off ({label})")
 
     import tensorflow_datasets as tfds
 
@@ -61,7 +61,7 @@ def load_tfds(name: str, data_dir: str | os.PathLike | None, *, download: bool =
         try:
             builder = tfds.builder(name, data_dir=str(root))
         except tfds.core.registered.DatasetNotFoundError:
-            raise UsageError(f"--dataset: {label} is not a known TFDS dataset") from None
+            raise UsageError(f"dataset: {label} is not a known TFDS dataset") from None
         except Exception as exc:  # noqa: BLE001 - TFDS raises many types; report one line
             raise DataError(f"{label}: cannot open in {root} ({_first_line(exc)})") from None
         if not download and not builder.is_prepared():

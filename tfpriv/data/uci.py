@@ -123,7 +123,7 @@ SCALED_DATASETS = ("adult", "abalone")
 
 def check_scaling(scaling: str) -> str:
     if scaling not in SCALINGS:
-        raise UsageError(f"--feature_scaling: must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+        raise UsageError(f"scaling: must be one of {', '.join(SCALINGS)}, got {scaling!r}")
     return scaling
 
 
@@ -135,17 +135,17 @@ def resolve_feature_scaling(requested: str, dataset: str, private: bool) -> str 
     split's statistics would be released outside the reported epsilon.
     """
     if requested not in FEATURE_SCALING_CHOICES:
-        raise UsageError(f"--feature_scaling: must be one of {', '.join(FEATURE_SCALING_CHOICES)}, "
+        raise UsageError(f"feature_scaling: must be one of {', '.join(FEATURE_SCALING_CHOICES)}, "
                          f"got {requested!r}")
     if dataset not in SCALED_DATASETS:
         if requested != "auto":
-            raise UsageError(f"--feature_scaling: only applies to --dataset={' or '.join(SCALED_DATASETS)}, "
-                             f"got --dataset={dataset}")
+            raise UsageError(f"feature_scaling: only applies to dataset={' or '.join(SCALED_DATASETS)}, "
+                             f"got dataset={dataset}")
         return None
     if requested == "auto":
         return "public" if private else "train"
     if requested == "train" and private:
-        raise UsageError(f"--feature_scaling: train scales {dataset}'s features with statistics of the private "
+        raise UsageError(f"feature_scaling: train scales {dataset}'s features with statistics of the private "
                          "training split (mean/std, seen categories), a leak the reported epsilon does not cover; "
                          "use public (or auto) with private training")
     return requested

@@ -67,18 +67,18 @@ def parse_hidden(spec) -> tuple[int, ...]:
     if isinstance(spec, str):
         parts = [p.strip() for p in spec.split(",")]
         if not spec.strip() or any(not p for p in parts):
-            raise ConfigError(f"--pinwheel_hidden: must be comma-separated positive integers, got {spec!r}")
+            raise ConfigError(f"pinwheel_hidden: must be comma-separated positive integers, got {spec!r}")
         try:
             widths = tuple(int(p) for p in parts)
         except ValueError:
-            raise ConfigError(f"--pinwheel_hidden: must be comma-separated positive integers, got {spec!r}") from None
+            raise ConfigError(f"pinwheel_hidden: must be comma-separated positive integers, got {spec!r}") from None
     else:
         try:
             widths = tuple(int(w) for w in spec)
         except (TypeError, ValueError):
-            raise ConfigError(f"--pinwheel_hidden: must be positive integers, got {spec!r}") from None
+            raise ConfigError(f"pinwheel_hidden: must be positive integers, got {spec!r}") from None
     if not widths or any(w < 1 for w in widths):
-        raise ConfigError(f"--pinwheel_hidden: needs at least one layer, every width >= 1, got {spec!r}")
+        raise ConfigError(f"pinwheel_hidden: needs at least one layer, every width >= 1, got {spec!r}")
     return widths
 
 
@@ -89,7 +89,7 @@ def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int,
     input_shape = tuple(int(d) for d in input_shape)
     if name == "conv":
         if input_shape[:2] != (28, 28):
-            raise ConfigError(f"--architecture=conv: needs 28x28 images, got input shape {input_shape}")
+            raise ConfigError(f"architecture=conv: needs 28x28 images, got input shape {input_shape}")
         return conv_encoder_28(latent_dim, input_shape), conv_decoder_28(latent_dim, input_shape[-1])
     if name == "mlp":
         return mlp_encoder(input_shape, latent_dim), mlp_decoder(latent_dim, input_shape)
@@ -97,4 +97,4 @@ def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int,
         hidden = parse_hidden(pinwheel_hidden)
         return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
                 mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
-    raise ConfigError(f"--architecture: must be one of {', '.join(ARCHITECTURES)}, got {name!r}")
+    raise ConfigError(f"architecture: must be one of {', '.join(ARCHITECTURES)}, got {name!r}")

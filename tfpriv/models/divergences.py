@@ -97,7 +97,7 @@ def make_divergence(name: str | None) -> Divergence | None:
     if name in (None, "", "none"):
         return None
     if name not in DIVERGENCES:
-        raise ConfigError(f"--regularizer: must be one of none, {', '.join(DIVERGENCES)}, got {name!r}")
+        raise ConfigError(f"regularizer: must be one of none, {', '.join(DIVERGENCES)}, got {name!r}")
     return DIVERGENCES[name]()
 
 

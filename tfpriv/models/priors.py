@@ -43,7 +43,7 @@ class Prior:
 
     def __init__(self, latent_dim: int):
         if latent_dim < 1:
-            raise ConfigError(f"--latent_dim: must be >= 1, got {latent_dim}")
+            raise ConfigError(f"latent_dim: must be >= 1, got {latent_dim}")
         self.latent_dim = int(latent_dim)
 
     def log_prob(self, z: tf.Tensor) -> tf.Tensor:
@@ -83,9 +83,9 @@ class SparseMixture(Prior):
     def __init__(self, latent_dim: int, gamma: float = 0.8, sigma0_sq: float = 0.05):
         super().__init__(latent_dim)
         if not 0 <= gamma <= 1:
-            raise ConfigError(f"--prior_gamma: must be in [0, 1], got {gamma}")
+            raise ConfigError(f"gamma: must be in [0, 1], got {gamma}")
         if not sigma0_sq > 0:
-            raise ConfigError(f"--prior_sigma0_sq: must be > 0, got {sigma0_sq}")
+            raise ConfigError(f"sigma0_sq: must be > 0, got {sigma0_sq}")
         self.gamma, self.sigma0_sq = float(gamma), float(sigma0_sq)
 
     def log_prob(self, z):
@@ -114,15 +114,15 @@ class GaussianMixture(Prior):
         super().__init__(latent_dim)
         if means is None:
             if latent_dim != 2:
-                raise ConfigError("--prior=mixture: default corner means need --latent_dim=2")
+                raise ConfigError("latent_dim: the mixture prior's default corner means need latent_dim=2")
             means = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
         self.means = np.asarray(means, np.float32)
         if self.means.shape[1] != latent_dim:
-            raise ConfigError(f"--prior=mixture: means have dimension {self.means.shape[1]}, latent_dim is {latent_dim}")
+            raise ConfigError(f"latent_dim: the mixture prior's means have dimension {self.means.shape[1]}, latent_dim is {latent_dim}")
         k = len(self.means)
         self.weights = np.full([k], 1.0 / k, np.float32) if weights is None else np.asarray(weights, np.float32)
         if not sigma > 0:
-            raise ConfigError(f"--prior_sigma: must be > 0, got {sigma}")
+            raise ConfigError(f"sigma: must be > 0, got {sigma}")
         self.sigma = float(sigma)
 
     def component_log_probs(self, z):
@@ -148,7 +148,7 @@ PRIORS = {"normal": StandardNormal, "sparse": SparseMixture, "mixture": Gaussian
 
 def make_prior(name: str, latent_dim: int, **kwargs) -> Prior:
     if name not in PRIORS:
-        raise ConfigError(f"--prior: must be one of {', '.join(PRIORS)}, got {name!r}")
+        raise ConfigError(f"prior: must be one of {', '.join(PRIORS)}, got {name!r}")
     return PRIORS[name](latent_dim, **kwargs)
 
 

@@ -52,18 +52,18 @@ class VAE(DPModel):
                  extra_sample_terms: Mapping[str, ExtraTerm] | None = None, name: str = "vae", **kwargs):
         super().__init__(name=name, **kwargs)
         if likelihood not in LIKELIHOODS:
-            raise ConfigError(f"--likelihood: must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
+            raise ConfigError(f"likelihood: must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
         if num_samples < 1:
-            raise ConfigError(f"--num_samples_L: must be >= 1, got {num_samples}")
+            raise ConfigError(f"num_samples: must be >= 1, got {num_samples}")
         if beta < 0 or alpha < 0:
-            raise ConfigError(f"--beta/--alpha: must be >= 0, got beta={beta}, alpha={alpha}")
+            raise ConfigError(f"{'beta' if beta < 0 else 'alpha'}: must be >= 0, got beta={beta}, alpha={alpha}")
         if not obs_std > 0:
-            raise ConfigError(f"--obs_std: must be > 0, got {obs_std}")
+            raise ConfigError(f"obs_std: must be > 0, got {obs_std}")
         self.encoder, self.decoder = encoder, decoder
         self.latent_dim = int(encoder.output_shape[-1]) // 2
         self.prior = prior or StandardNormal(self.latent_dim)
         if self.prior.latent_dim != self.latent_dim:
-            raise ConfigError(f"--latent_dim: prior has {self.prior.latent_dim} dimensions, encoder gives {self.latent_dim}")
+            raise ConfigError(f"latent_dim: prior has {self.prior.latent_dim} dimensions, encoder gives {self.latent_dim}")
         self.likelihood, self.beta, self.alpha = likelihood, float(beta), float(alpha)
         self.regularizer = regularizer if alpha > 0 else None
         self.num_samples, self.obs_std = int(num_samples), float(obs_std)

@@ -74,10 +74,10 @@ def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
                     history: Sequence[Segment] = (), accountant: str = "rdp") -> float:
     """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
     if steps <= 0:
-        raise ConfigError(f"--epsilon: calibration needs at least one planned step, got {steps}")
+        raise ConfigError(f"target_epsilon: calibration needs at least one planned step, got {steps}")
     spent = epsilon_for(history, delta, accountant=accountant)
     if spent >= target_epsilon:
-        raise ConfigError(f"--epsilon: target {target_epsilon:g} is already spent by the resumed run (epsilon {spent:.4g})")
+        raise ConfigError(f"target_epsilon: {target_epsilon:g} is already spent by the resumed run (epsilon {spent:.4g})")
 
     def make_event(noise: float) -> dp_accounting.DpEvent:
         return dp_accounting.ComposedDpEvent(
@@ -87,7 +87,7 @@ def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
         return make_accountant(accountant).compose(make_event(noise)).get_epsilon(delta)
 
     if eps_at(MAX_NOISE) > target_epsilon:
-        raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with q={q:g} "
+        raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with q={q:g} "
                           f"over {steps} steps (even an effective noise multiplier of {MAX_NOISE:g} gives more)")
     lower, upper = 1e-3, MAX_NOISE
     if accountant != "rdp":  # PLD is at least as tight as RDP: the RDP noise brackets it from above
@@ -98,7 +98,7 @@ def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
             lambda: make_accountant(accountant), make_event, target_epsilon, delta,
             dp_accounting.ExplicitBracketInterval(lower, upper), tol=1e-4))
     except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
-        raise ConfigError(f"--epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
+        raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
                           f"with q={q:g} over {steps} steps ({exc})") from None
 
 

@@ -63,28 +63,28 @@ class DPConfig:
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
-            raise ConfigError(f"--aggregation: must be one of {', '.join(AGGREGATIONS)}, got {self.aggregation!r}")
+            raise ConfigError(f"aggregation: must be one of {', '.join(AGGREGATIONS)}, got {self.aggregation!r}")
         if self.clipping not in CLIPPING_METHODS:
-            raise ConfigError(f"--clipping: must be one of {', '.join(CLIPPING_METHODS)}, got {self.clipping!r}")
+            raise ConfigError(f"clipping: must be one of {', '.join(CLIPPING_METHODS)}, got {self.clipping!r}")
         if self.clipped_sum not in CLIPPED_SUM_METHODS:
-            raise ConfigError(f"--clipped_sum: must be one of {', '.join(CLIPPED_SUM_METHODS)}, got {self.clipped_sum!r}")
+            raise ConfigError(f"clipped_sum: must be one of {', '.join(CLIPPED_SUM_METHODS)}, got {self.clipped_sum!r}")
         if self.expected_batch_size is not None and not self.expected_batch_size > 0:
-            raise ConfigError(f"--batch_size: expected batch size must be > 0, got {self.expected_batch_size}")
+            raise ConfigError(f"expected_batch_size: must be > 0, got {self.expected_batch_size}")
         if self.num_partitions < 0:
-            raise ConfigError(f"--num_partitions: must be >= 1 (or 0 for one partition per example), got {self.num_partitions}")
+            raise ConfigError(f"num_partitions: must be >= 1 (or 0 for one partition per example), got {self.num_partitions}")
         if self.expected_batch_size is not None and self.num_partitions > self.expected_batch_size:
             raise ConfigError(
-                f"--num_partitions: b={self.num_partitions} exceeds the batch size B={self.expected_batch_size:g}")
+                f"num_partitions: b={self.num_partitions} exceeds the expected batch size B={self.expected_batch_size:g}")
         if not self.private:
             return
         if not (math.isfinite(self.l2_norm_clip) and self.l2_norm_clip > 0):
-            raise ConfigError(f"--l2_norm_clip: must be a positive finite number, got {self.l2_norm_clip}")
+            raise ConfigError(f"l2_norm_clip: must be a positive finite number, got {self.l2_norm_clip}")
         if not (math.isfinite(self.batch_clip) and self.batch_clip >= 0):
-            raise ConfigError(f"--batch_clip: must be a finite number >= 0, got {self.batch_clip}")
+            raise ConfigError(f"batch_clip: must be a finite number >= 0, got {self.batch_clip}")
         if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
-            raise ConfigError(f"--noise_multiplier: must be a finite number >= 0, got {self.noise_multiplier}")
+            raise ConfigError(f"noise_multiplier: must be a finite number >= 0, got {self.noise_multiplier}")
         if self.max_batch_size is not None and self.max_batch_size < 1:
-            raise ConfigError(f"--max_batch_size: must be >= 1, got {self.max_batch_size}")
+            raise ConfigError(f"max_batch_size: must be >= 1, got {self.max_batch_size}")
 
     @property
     def private(self) -> bool:
@@ -128,7 +128,7 @@ class DPConfig:
                 return 1.0
             if self.max_batch_size is None:
                 raise ConfigError(
-                    "--aggregation=micro with a batch-wise term needs --max_batch_size: its sensitivity "
+                    "max_batch_size: aggregation=micro with a batch-wise term needs it; its sensitivity "
                     "grows with the batch size (term-wise paper, Prop. 3)")
             return 2.0 * self.max_batch_size - 1.0
         if self.aggregation == "batch":

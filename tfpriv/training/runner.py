@@ -97,14 +97,14 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
     the target, not the planned steps alone (which would overshoot it).
     """
     if epochs < 1:
-        raise ConfigError(f"--epochs: must be >= 1, got {epochs}")
+        raise ConfigError(f"epochs: must be >= 1, got {epochs}")
     if not 1 <= batch_size <= num_examples:
-        raise ConfigError(f"--batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
+        raise ConfigError(f"batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
     if delta is None:
         delta = default_delta(num_examples)
     if not 0 < delta < 1.0 / num_examples:
-        raise ConfigError(f"--delta: must be in (0, 1/N) = (0, {1.0 / num_examples:.3g}) for N={num_examples}, got {delta}")
-    for flag, value in (("--epsilon", target_epsilon), ("--max_epsilon", max_epsilon)):
+        raise ConfigError(f"delta: must be in (0, 1/N) = (0, {1.0 / num_examples:.3g}) for N={num_examples}, got {delta}")
+    for flag, value in (("target_epsilon", target_epsilon), ("max_epsilon", max_epsilon)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag}: must be a positive finite number, got {value}")
     q, steps_per_epoch = sampling_rate_and_steps(num_examples, batch_size, sampling)
