@@ -81,10 +81,12 @@ class PrivateWGAN(DPModel):
         return self.critic
 
     def private_inputs(self, data) -> dict:
-        """Batches are (images,) / (images, labels) or {"image"[, "label"]}: the critic's inputs."""
+        """Batches are images, (images,) / (images, labels) or {"image"[, "label"]}: the critic's inputs."""
         batch = data
         if isinstance(data, tuple):
             batch = {"image": data[0]} if len(data) == 1 else {"image": data[0], "label": data[1]}
+        elif not isinstance(data, dict):  # an unconditional GAN fitted on an image array
+            batch = {"image": data}
         return self.critic_inputs(batch)
 
     def build_extra(self, sample_batch) -> None:
