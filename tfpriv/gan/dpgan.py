@@ -28,7 +28,6 @@ class DPGAN(PrivateWGAN):
     """Weight-clipped WGAN whose critic gradient is per-example clipped at c_g and noised."""
 
     spec = TermSpec(sample=("wasserstein",))
-    default_clipping = "fast"
 
     def __init__(self, generator, critic, weight_clip: float = WEIGHT_CLIP, **kwargs):
         super().__init__(generator, critic, **kwargs)
