@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.cli.test_train import run
+from tests.cli.helpers import assert_one_line_error, train_py
 from tfpriv.data import make_pinwheel
 
 PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regularizer=kl_pq", "--latent_dim=2",
@@ -28,20 +28,16 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (PINWHEEL + ["--pinwheel_hidden="], "--pinwheel_hidden"),
     (["--dataset=digits", "--pinwheel_hidden=16"], "--pinwheel_hidden"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, args, flag):
+def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     out = tmp_path / "run"
-    proc = run(f"--output_dir={out}", "--epochs=1", "--verbose=0", *args)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and flag in lines[0], proc.stderr[-2000:]
-    assert not out.exists()
+    assert_one_line_error(train_py(f"--output_dir={out}", "--epochs=1", "--verbose=0", *args, capsys=capsys), flag, out)
 
 
-def test_scale_and_widths_reach_the_run(tmp_path):
+def test_scale_and_widths_reach_the_run(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = run(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--epochs=1",
-               "--epsilon=2.87", "--l2_norm_clip=0.05", "--batch_clip=0.005", "--eval_importance_samples=5",
-               "--verbose=0", "--seed=2")
+    proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--epochs=1",
+                    "--epsilon=2.87", "--l2_norm_clip=0.05", "--batch_clip=0.005", "--eval_importance_samples=5",
+                    "--verbose=0", "--seed=2", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.load(open(out / "results.json"))
     assert results["pinwheel_scale"] == 1.0 and results["pinwheel_hidden"] == [8, 4]

@@ -1,20 +1,24 @@
-"""`train.py` as users run it: bad input is one line and exit code 2, runs write results.json."""
+"""`train.py` as users run it: one-line errors with exit code 2, results.json, re-runs, Ctrl-C, --help.
+
+Most tests run train.py's main() in-process (`train_py`: the same flag parsing, flag files
+included); two run the real script in a subprocess (an end-to-end run, and Ctrl-C).
+"""
+import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.conftest import REPO_ROOT, shared_data_dir
+from tests.cli.helpers import TRAIN, assert_one_line_error, error_lines, subprocess_train_py, train_py
+from tests.conftest import REPO_ROOT
+from tfpriv.cli import main as cli_main
+from tfpriv.errors import UsageError
 
-TRAIN = str(REPO_ROOT / "train.py")
-
-
-def run(*args, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO_ROOT, env=env)
+FAST = ["--epochs=1", "--eval_importance_samples=5", "--eval_examples=50", "--verbose=0", "--seed=3"]
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -24,39 +28,169 @@ def run(*args, timeout=300):
     (["--num_partitions=100", "--batch_size=64"], "--num_partitions"),
     (["--model=transformer"], "--model"),
     (["--dataset=cifar"], "--dataset"),
-    (["--dataset=mnist", "--data_dir=/nonexistent"], "--data_dir"),
+    (["--dataset=fashion_mnist", "--data_dir=/nonexistent"], "--data_dir"),
     (["--epsilon=1e-9", "--epochs=50"], "--epsilon"),
     (["--aggregation=mean"], "--aggregation"),
     (["--epochs=notanumber"], "epochs"),
+    (["--prior=laplace"], "--prior"),
+    (["--prior_gamma=2"], "--prior_gamma"),  # the prior's `gamma` is --prior_gamma
+    (["--num_samples_L=0"], "--num_samples_L"),
+    (["--capacity=8"], "--capacity: does not apply to --model=privae"),
+    (["positional"], "unexpected positional arguments"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_bad_input_is_one_line_exit_2_and_no_output_dir(tmp_path, args, flag):
+def test_bad_input_is_one_line_exit_2_and_no_output_dir(tmp_path, capsys, args, flag):
     out = tmp_path / "run"
-    proc = run(f"--output_dir={out}", *args)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and flag in lines[0], proc.stderr[-2000:]
-    assert not out.exists()
+    proc = train_py(f"--output_dir={out}", *FAST, *args, capsys=capsys)
+    assert_one_line_error(proc, flag, out)
 
 
-def test_a_run_writes_results_and_sample_mode_reads_it(tmp_path):
+def test_epsilon_with_noise_multiplier_or_without_privacy_is_an_error(tmp_path, capsys, data_dir):
     out = tmp_path / "run"
-    proc = run(f"--output_dir={out}", "--epochs=1", "--eval_importance_samples=5", "--eval_examples=50",
-               "--verbose=0", "--seed=3")
+    line = assert_one_line_error(train_py(f"--output_dir={out}", "--epsilon=3", "--noise_multiplier=1", capsys=capsys),
+                                 "--noise_multiplier", out)
+    assert "--epsilon" in line and "cannot be combined" in line
+    line = assert_one_line_error(train_py(f"--output_dir={out}", "--epsilon=3", "--aggregation=none", capsys=capsys),
+                                 "--epsilon", out)
+    assert "--aggregation=none" in line
+    # the same for the other families (flag files set --noise_multiplier; --epsilon then conflicts)
+    assert_one_line_error(train_py(f"--output_dir={out}", f"--flagfile={REPO_ROOT}/flags/dpgan_mnist_cond.cfg",
+                                   "--epsilon=3", capsys=capsys), "--noise_multiplier", out)
+    assert_one_line_error(train_py(f"--output_dir={out}", "--model=filter", "--dataset=abalone",
+                                   f"--data_dir={data_dir}", "--max_epsilon=3", capsys=capsys), "--max_epsilon", out)
+
+
+def test_unwritable_output_dir_is_one_line(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    line = assert_one_line_error(train_py(f"--output_dir={blocker}/run", *FAST, capsys=capsys), "--output_dir")
+    assert "is not a directory" in line
+    assert_one_line_error(train_py(f"--output_dir={blocker}", *FAST, capsys=capsys), "--output_dir")
+    monkeypatch.setattr(cli_main.os, "access", lambda path, mode: False)  # tests run as root
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/new/run", *FAST, capsys=capsys), "--output_dir")
+    assert "permission denied" in line and not (tmp_path / "new").exists()
+
+
+def test_rerun_resumes_and_keeps_the_earlier_segments(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = train_py(f"--output_dir={out}", *FAST, capsys=capsys)
+    assert first.returncode == 0, first.stderr[-3000:]
+    r1 = json.load(open(out / "results.json"))
+    assert r1["epochs"] == r1["planned_epochs"] == 1 and len(r1["segments"]) == 1 and not r1["resumed"]
+    second = train_py(f"--output_dir={out}", *FAST, "--epochs=3", capsys=capsys)
+    assert second.returncode == 0, second.stderr[-3000:]
+    r2 = json.load(open(out / "results.json"))
+    assert r2["resumed"] and r2["epochs"] == r2["planned_epochs"] == 3
+    seg1, seg2 = r2["segments"]
+    assert seg1 == r1["segments"][0]
+    assert seg2["start_step"] == seg1["steps"] == r1["steps"] and seg2["steps"] == r2["steps"] - r1["steps"]
+    assert seg2["start_epoch"] == 1 and seg2["epochs_completed"] == 3
+    assert seg1["epsilon"] < seg2["epsilon"] == r2["epsilon"]  # epsilon continues, not restarts
+    assert len(r2["history"]["loss"]) == 3 and r2["history"]["epsilon"][-1] == pytest.approx(r2["epsilon"])
+
+
+def test_max_epsilon_stop_is_printed(tmp_path, capsys):
+    out = tmp_path / "run"
+    proc = train_py(f"--output_dir={out}", *FAST, "--epochs=5", "--max_epsilon=1.0", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.load(open(out / "results.json"))
+    assert results["budget_reached"] and results["epochs"] < results["planned_epochs"] == 5
+    assert results["epsilon"] <= 1.0
+    assert "stopped at --max_epsilon=1:" in proc.stdout and f"{results['epochs']} of 5 planned epochs" in proc.stdout
+
+
+def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, capsys, monkeypatch):
+    def interrupted_job(settings, output_dir):
+        os.makedirs(os.path.join(output_dir, "checkpoints"))
+        open(os.path.join(output_dir, "checkpoints", "checkpoint"), "w").close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli_main.JOBS, "privae", dataclasses.replace(cli_main.JOBS["privae"], run=interrupted_job))
+    out = tmp_path / "run"
+    proc = train_py(f"--output_dir={out}", capsys=capsys)
+    assert proc.returncode == 130
+    lines = error_lines(proc.stderr)
+    assert lines == [f"interrupted: checkpoints are in {out}/checkpoints; run the same command again "
+                     "(same --output_dir) to resume"]
+    assert out.is_dir()  # left for the resume
+
+
+def test_help_lists_tfprivs_flags_by_job(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.parse_flags(["train.py", "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    titles = ["shared flags (every model):", "--model=privae (= vae):", "--model=dpwgan_gp | dpgan:", "--model=filter:"]
+    positions = [text.index(t) for t in titles]
+    assert positions == sorted(positions)
+    for flag in ("--model:", "--epsilon:", "--prior:", "--capacity:", "--vae_epochs:"):
+        assert flag in text
+    for internal in ("--logtostderr", "--only_check_args", "--tt_check_filter", "--flagfile:"):
+        assert internal not in text
+    assert "--helpfull" in text
+
+
+def test_sample_mode_needs_a_trained_run(tmp_path, capsys):
+    assert_one_line_error(train_py("--mode=sample", f"--output_dir={tmp_path}", capsys=capsys), "--output_dir")
+    assert_one_line_error(train_py("--mode=sample", capsys=capsys), "--output_dir")
+    assert_one_line_error(train_py("--mode=sample", "--model=filter", f"--output_dir={tmp_path}", capsys=capsys),
+                          "--mode")
+
+
+def test_job_errors_name_library_parameters_and_the_cli_maps_them(tmp_path, capsys, monkeypatch):
+    def fails(settings, output_dir):
+        raise UsageError("batch_size: must be between 1 and the dataset size 3341, got 100000")
+
+    for name in ("privae", "filter"):
+        monkeypatch.setitem(cli_main.JOBS, name, dataclasses.replace(cli_main.JOBS[name], run=fails))
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/a", capsys=capsys), "--batch_size")
+    assert line == "error: --batch_size: must be between 1 and the dataset size 3341, got 100000"
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/b", "--model=filter", capsys=capsys),
+                                 "--vae_batch_size")
+    assert line == "error: --vae_batch_size: must be between 1 and the dataset size 3341, got 100000"
+
+
+# -- the real script ---------------------------------------------------------------------------------
+def test_a_run_writes_results_and_sample_mode_reads_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    proc = subprocess_train_py(f"--output_dir={out}", *FAST)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "epsilon = " in proc.stdout
     results = json.load(open(out / "results.json"))
     for key in ("model", "dataset", "aggregation", "epsilon", "delta", "noise_multiplier",
-                "effective_noise_multiplier", "sampling_rate", "steps", "epochs", "metrics"):
+                "effective_noise_multiplier", "sampling_rate", "steps", "epochs", "planned_epochs", "segments",
+                "budget_reached", "metrics"):
         assert key in results
     assert results["aggregation"] == "termwise" and 0 < results["epsilon"] < 100
     for key in ("hoyer_sparsity", "log_likelihood", "mmd"):
         assert key in results["metrics"]
-    assert (out / "checkpoints").is_dir() and (out / "logs").is_dir()
-    proc = run("--mode=sample", f"--output_dir={out}", "--num_samples=10")
+    assert (out / "checkpoints").is_dir() and (out / "logs").is_dir() and (out / "privacy_plan.json").is_file()
+    proc = train_py("--mode=sample", f"--output_dir={out}", "--num_samples=10", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (out / "samples.npz").exists()
+    assert (out / "samples.npz").exists() and (out / "samples_grid.png").exists()
+    assert "10 samples written to" in proc.stdout
 
 
-def test_sample_mode_needs_a_trained_run(tmp_path):
-    proc = run("--mode=sample", f"--output_dir={tmp_path}")
-    assert proc.returncode == 2 and "--output_dir" in proc.stderr
+def test_ctrl_c_during_training_stops_with_one_line_and_the_run_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [f"--output_dir={out}", "--epochs=500", "--aggregation=micro", "--regularizer=none",
+            "--eval_importance_samples=5", "--eval_examples=50", "--verbose=0", "--seed=1"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen([sys.executable, TRAIN, *args], cwd=REPO_ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 240
+        while not (out / "checkpoints" / "checkpoint").exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert (out / "checkpoints" / "checkpoint").exists(), proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert error_lines(stderr) == [f"interrupted: checkpoints are in {out}/checkpoints; run the same command "
+                                   "again (same --output_dir) to resume"], stderr[-2000:]
+    # the same command resumes (here with fewer epochs, so it finishes at once)
+    done = train_py(*[a if a != "--epochs=500" else "--epochs=2" for a in args], capsys=capsys)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.load(open(out / "results.json"))["resumed"]

@@ -2,7 +2,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.filter import architectures as arch
-from tfpriv.filter.stage1 import _MinimalVAE
+from tfpriv.models.vae import VAE
 
 
 def test_vae_network_shapes_per_dataset():
@@ -39,7 +39,7 @@ def test_celeba_path_on_synthetic_64x64_images():
     out = dec(tf.zeros((4, 50)))
     assert out.shape == (4, 64, 64, 3)
     assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 1.0
-    vae = _MinimalVAE(enc, dec, "gaussian", extra_sample_terms={"lip": arch.make_lipschitz_decoder_term(1.0)})
+    vae = VAE(enc, dec, likelihood="gaussian", extra_sample_terms={"lip": arch.make_lipschitz_decoder_term(1.0)})
     vae.compile(optimizer=tf.keras.optimizers.Adam(1e-3))
     hist = vae.fit(x, batch_size=2, epochs=2, verbose=0)
     assert np.isfinite(hist.history["loss"]).all()

@@ -1,20 +1,28 @@
 import json
 import os
 
+import numpy as np
 import pytest
 from absl import flags
-from absl.testing import flagsaver
 
+from tfpriv.cli.job import read_settings
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli
+from tfpriv.filter.pipeline import load_filter
 
 FLAGS = flags.FLAGS
+TINY = dict(vae_epochs=1, filter_epochs=2, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=100,
+            budget=0.5, sweep_budgets=[])
 
 
 @pytest.fixture(autouse=True)
 def _parsed():
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
+
+
+def settings(**values):
+    return read_settings(cli.JOB, FLAGS, **values)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -25,34 +33,39 @@ def _parsed():
     ({"repeats": 0}, "--repeats: must be >= 1, got 0"),
     ({"filter_ema": 1.0}, "--filter_ema: must be in [0, 1), got 1.0"),
     ({"num_users": 2, "filter_users": ["a:b"]}, "--filter_users: need 2 entries"),
+    ({"dataset": "digits"}, "--dataset: the filter supports mnist, adult, abalone, celeba, got 'digits'"),
 ])
-def test_bad_flags_raise_one_line_usage_error_before_output(tmp_path, overrides, message):
+def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, overrides, message):
     out = tmp_path / "run"
-    with flagsaver.flagsaver(**overrides):
-        with pytest.raises(UsageError) as err:
-            cli.run(str(out), common={"dataset": "abalone", "data_dir": "/nonexistent"})
+    with pytest.raises(UsageError) as err:
+        cli.run(settings(**{"dataset": "abalone", "data_dir": "/nonexistent", **overrides}), str(out))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     assert not out.exists()
 
 
+def test_the_default_dataset_is_one_the_filter_supports():
+    s = settings()
+    assert s.dataset == "mnist" and cli.validate(s)["feature_scaling"] is None
+
+
 def test_bad_label_raises_before_output(tmp_path, data_dir):
     out = tmp_path / "run"
-    with flagsaver.flagsaver(private_label="gender"):
-        with pytest.raises(UsageError, match=r"^--private_label: unknown label 'gender'"):
-            cli.run(str(out), common={"dataset": "abalone", "data_dir": str(data_dir)})
+    with pytest.raises(UsageError, match=r"^--private_label: unknown label 'gender'"):
+        cli.run(settings(dataset="abalone", data_dir=str(data_dir), private_label="gender"), str(out))
     assert not out.exists()
 
 
-def test_abalone_end_to_end_writes_results(tmp_path, data_dir):
+def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
     out = tmp_path / "run"
-    with flagsaver.flagsaver(vae_epochs=1, filter_epochs=2, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=100,
-                             budget=0.5, sweep_budgets=[]):
-        res = cli.run(str(out), common={"dataset": "abalone", "data_dir": str(data_dir), "seed": 0})
+    res = cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0, **TINY), str(out))
     stored = json.load(open(os.path.join(out, "results.json")))
     assert stored["model"] == "filter" and stored["dataset"] == "abalone"
     assert stored["aggregation"] == "none" and stored["epsilon"] == "inf"
+    assert stored["epochs"] == stored["planned_epochs"] == 1 and stored["stage1"]["sampling"] == "shuffle"
+    assert len(stored["segments"]) == 1 and stored["segments"][0]["steps"] == stored["steps"] == 3341 // 128
     assert stored["labels"] == {"private": "sex", "utility": "rings_gt_10"}
     assert stored["num_classes"] == {"private": 3, "utility": 2}
+    assert "knn_mutual_information" in stored["metrics_source"]
     for key in ("private_accuracy", "private_auroc", "utility_accuracy", "utility_auroc", "mutual_information"):
         assert 0.0 <= stored["metrics"][key] <= (1.0 if "mutual" not in key else 2.0)
     assert [e["order"] for e in stored["filter_rdp"]][:3] == [1.25, 1.5, 1.75]
@@ -61,15 +74,23 @@ def test_abalone_end_to_end_writes_results(tmp_path, data_dir):
     assert r[1]["rdp"] / r[1]["order"] == pytest.approx(r[0]["rdp"] / r[0]["order"])
     assert res["filter_epsilon"] == pytest.approx(min(e["rdp"] + 11.512925464970229 / (e["order"] - 1) for e in r))
     assert stored["sweep"][0]["gaussian"]["divergence_test"]["mean"] == pytest.approx(0.5, rel=0.2)
+    # the same artefacts as the other jobs: checkpoints, TensorBoard logs, the trained models
+    assert (out / "stage1" / "checkpoints").is_dir() and (out / "stage1" / "logs").is_dir()
+    assert (out / "vae" / "vae.json").is_file()
+    layer = load_filter(str(out / "filter"))
+    saved = json.load(open(out / "filter" / "filter.json"))
+    assert saved["budget"] == 0.5 and saved["private_label"] == "sex" and saved["filter_type"] == "linear"
+    assert layer.noise_matrix.shape == (4, 4) and layer.label_matrix.shape == (4, 3)
+    z = np.zeros((5, 4), np.float32)
+    assert layer(z, np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1]]).shape == (5, 4)
+    assert not (out / "privacy_plan.json").exists()  # non-private: no guarantee to plan
 
 
 def test_budget_message_is_exact(tmp_path):
-    with flagsaver.flagsaver(budget=-1.0):
-        with pytest.raises(UsageError) as err:
-            cli.run(str(tmp_path / "run"), common={"dataset": "abalone"})
+    with pytest.raises(UsageError) as err:
+        cli.run(settings(dataset="abalone", budget=-1.0), str(tmp_path / "run"))
     assert str(err.value) == "--budget: must be >= 0, got -1"
 
 
-def test_sample_mode_is_a_usage_error(tmp_path):
-    with pytest.raises(UsageError, match=r"^--mode: sample is not supported for --model=filter"):
-        cli.sample(str(tmp_path))
+def test_sample_mode_is_not_a_filter_job():
+    assert cli.JOB.sample is None  # train.py refuses --mode=sample for --model=filter (tests/cli)

@@ -1,17 +1,14 @@
 """Stage 1 trained with DP-SGD through the engine (`--aggregation=micro`): plan, engine, epsilon, refusals."""
 import json
-import os
-import subprocess
-import sys
 import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
-from absl.testing import flagsaver
 
-from tests.conftest import REPO_ROOT
+from tests.cli.helpers import assert_one_line_error, train_py
+from tfpriv.cli.job import flag_message, read_settings
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli
 from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
@@ -37,10 +34,9 @@ def _tiny_tabular(n=240, d=7, seed=0):
 
 def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     out = tmp_path / "run"
-    with flagsaver.flagsaver(vae_epochs=1, vae_batch_size=64, **TINY):
-        res = cli.run(str(out), common={"dataset": "abalone", "data_dir": str(data_dir), "seed": 0,
-                                        "aggregation": "micro", "noise_multiplier": 1.1, "l2_norm_clip": 1.0,
-                                        "delta": 1e-4})
+    res = cli.run(read_settings(cli.JOB, FLAGS, vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
+                                data_dir=str(data_dir), seed=0, verbose=0, aggregation="micro", noise_multiplier=1.1,
+                                l2_norm_clip=1.0, delta=1e-4), str(out))
     stored = json.load(open(out / "results.json"))
     q = 64 / 3341
     steps = round(1 / q)  # Poisson sampling: round(1/q) steps per epoch, one epoch
@@ -56,19 +52,20 @@ def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     # the filter's own label-RDP is reported separately, unchanged
     assert stored["filter_rdp"][0]["order"] == 1.25 and stored["filter_delta"] == 1e-5
     plan = json.load(open(out / "privacy_plan.json"))
-    assert plan["aggregation"] == "micro" and plan["planned_steps"] == steps
-    assert (out / "stage1" / "checkpoints").is_dir()
+    assert plan["aggregation"] == "micro" and plan["planned_steps"] == steps and "privacy_scope" in plan
+    assert (out / "stage1" / "checkpoints").is_dir() and (out / "stage1" / "logs").is_dir()
+    assert (out / "vae" / "vae.json").is_file() and (out / "filter" / "filter.json").is_file()
+    assert stored["epochs"] == stored["planned_epochs"] == 1 and stored["segments"][0]["epsilon"] == stored["epsilon"]
 
 
 def test_engine_is_built_with_the_plans_clipping_and_noise():
     ds = _tiny_tabular()
     tf.random.set_seed(0)
-    vae, impl = build_stage1_vae(ds, 4)
+    vae = build_stage1_vae(ds, 4)
     dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=2.0, num_partitions=1, seed=1)
     plan = plan_stage1_privacy(vae, dp, len(ds.x_train), 40, 2, delta=1e-3)
     st = train_stage1(ds, 4, epochs=2, batch_size=40, plan=plan, vae=vae, sampling_seed=1)
     trained = st.info["vae"]
-    assert impl == "tfpriv.models.vae.VAE"
     assert trained.dp_config == plan.config and trained.engine.config == plan.config
     cfg = trained.engine.config
     assert (cfg.aggregation, cfg.l2_norm_clip, cfg.noise_multiplier, cfg.expected_batch_size) == ("micro", 0.7, 2.0, 40.0)
@@ -82,7 +79,7 @@ def test_engine_is_built_with_the_plans_clipping_and_noise():
 
 def test_target_epsilon_calibrates_the_noise():
     ds = _tiny_tabular()
-    vae, _ = build_stage1_vae(ds, 4)
+    vae = build_stage1_vae(ds, 4)
     plan = plan_stage1_privacy(vae, DPConfig(aggregation="micro", num_partitions=1), 240, 24, 3,
                                delta=1e-3, target_epsilon=2.0)
     eps = epsilon_for([(plan.sampling_rate, plan.effective_noise_multiplier, plan.planned_steps)], 1e-3)
@@ -91,7 +88,7 @@ def test_target_epsilon_calibrates_the_noise():
 
 def test_robust_decoder_term_is_per_example_and_accepted():
     ds = _tiny_tabular()
-    vae, _ = build_stage1_vae(ds, 4, robust_decoder=1.0)
+    vae = build_stage1_vae(ds, 4, robust_decoder=1.0)
     assert "lipschitz_decoder" in vae.term_spec().sample and not vae.term_spec().has_batch_terms
     plan = plan_stage1_privacy(vae, DPConfig(aggregation="micro", num_partitions=1, seed=0), 240, 40, 1, delta=1e-3)
     st = train_stage1(ds, 4, epochs=1, batch_size=40, robust_decoder=1.0, plan=plan, vae=vae, sampling_seed=0)
@@ -101,54 +98,51 @@ def test_robust_decoder_term_is_per_example_and_accepted():
 def test_a_term_that_mixes_examples_is_refused():
     """An extra per-example term that reads other examples (here the batch mean) would leak."""
     ds = _tiny_tabular()
-    vae, _ = build_stage1_vae(ds, 4)
+    vae = build_stage1_vae(ds, 4)
     vae.extra_sample_terms["mixing"] = lambda v, x, z: tf.reduce_sum(tf.square(z - tf.reduce_mean(z, 0)), 1)
     plan = plan_stage1_privacy(vae, DPConfig(aggregation="micro", num_partitions=1, seed=0), 240, 40, 1, delta=1e-3)
     with pytest.raises(ConfigError, match="depends on other examples"):
         train_stage1(ds, 4, epochs=1, batch_size=40, plan=plan, vae=vae, sampling_seed=0)
 
 
-@pytest.mark.parametrize("common,overrides,message", [
-    ({"aggregation": "termwise"}, {}, "--aggregation: termwise needs a batch-wise term"),
-    ({"aggregation": "mean"}, {}, "--aggregation: the filter's stage-1 VAE supports none, micro, batch, got 'mean'"),
-    ({"epsilon": 1.0}, {}, "--epsilon: only applies to a private stage-1 VAE"),
-    ({"aggregation": "none", "noise_multiplier": 1.0}, {}, "--noise_multiplier: only applies to a private"),
-    ({"aggregation": "micro"}, {"vae_epochs": 0}, "--vae_epochs: must be >= 1 for a private stage-1 VAE, got 0"),
-    ({"aggregation": "micro", "noise_multiplier": -1.0}, {}, "--noise_multiplier: must be a finite number >= 0"),
-    ({"aggregation": "micro", "l2_norm_clip": 0.0}, {}, "--l2_norm_clip: must be a positive finite number"),
-    ({"aggregation": "micro"}, {"vae_batch_size": 100000}, "--vae_batch_size: must be between 1 and the dataset size 3341"),
-    ({"aggregation": "micro", "delta": 0.01}, {}, "--delta: must be in (0, 1/N)"),
-    ({"aggregation": "micro", "epsilon": 1e-9}, {}, "--epsilon: cannot reach epsilon=1e-09"),
+@pytest.mark.parametrize("values,message", [
+    ({"aggregation": "termwise"}, "--aggregation: termwise needs a batch-wise term"),
+    ({"aggregation": "mean"}, "--aggregation: must be one of none, micro, batch for the filter's stage-1 VAE, got 'mean'"),
+    ({"epsilon": 1.0}, "--epsilon: only applies to private training, got --aggregation=none"),
+    ({"aggregation": "none", "noise_multiplier": 1.0}, "--noise_multiplier: only applies to private training"),
+    ({"aggregation": "micro", "vae_epochs": 0}, "--vae_epochs: must be >= 1, got 0"),
+    ({"aggregation": "micro", "noise_multiplier": -1.0}, "--noise_multiplier: must be a finite number >= 0"),
+    ({"aggregation": "micro", "l2_norm_clip": 0.0}, "--l2_norm_clip: must be a positive finite number"),
+    # the library's `batch_size` of plan_privacy is the filter's --vae_batch_size
+    ({"aggregation": "micro", "vae_batch_size": 100000}, "--vae_batch_size: must be between 1 and the dataset size 3341"),
+    ({"aggregation": "micro", "delta": 0.01}, "--delta: must be in (0, 1/N)"),
+    ({"aggregation": "micro", "epsilon": 1e-9}, "--epsilon: cannot reach epsilon=1e-09"),
 ])
-def test_bad_dp_flags_raise_one_line_usage_error_and_write_nothing(tmp_path, data_dir, common, overrides, message):
+def test_bad_dp_settings_raise_one_line_usage_error_and_write_nothing(tmp_path, data_dir, values, message):
     out = tmp_path / "run"
-    with flagsaver.flagsaver(**overrides):
-        with pytest.raises(UsageError) as err:
-            cli.run(str(out), common={"dataset": "abalone", "data_dir": str(data_dir), "seed": 0, **common})
-    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+    with pytest.raises(UsageError) as err:
+        cli.run(read_settings(cli.JOB, FLAGS, dataset="abalone", data_dir=str(data_dir), seed=0, **values), str(out))
+    shown = flag_message(err.value, cli.JOB)  # what train.py prints after "error: "
+    assert shown.startswith(message) and "\n" not in str(err.value), str(err.value)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("args,flag", [
     (["--aggregation=termwise"], "--aggregation"),
-    (["--aggregation=micro", "--vae_batch_size=100000"], "--vae_batch_size"),
+    (["--aggregation=micro", "--vae_batch_size=100000"], "--vae_batch_size: must be between 1 and the dataset size"),
     (["--aggregation=none", "--epsilon=1"], "--epsilon"),
+    (["--batch_size=64"], "--batch_size: does not apply to --model=filter; use --vae_batch_size"),
 ])
-def test_train_py_exits_2_with_one_line_and_no_output_dir(tmp_path, data_dir, args, flag):
+def test_train_py_exits_2_with_one_line_and_no_output_dir(tmp_path, capsys, data_dir, args, flag):
     out = tmp_path / "run"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "train.py"), "--model=filter", "--dataset=abalone",
-                           f"--data_dir={data_dir}", f"--output_dir={out}", *args],
-                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and flag in lines[0], proc.stderr[-2000:]
-    assert not out.exists()
+    proc = train_py("--model=filter", "--dataset=abalone", f"--data_dir={data_dir}", f"--output_dir={out}", *args,
+                    capsys=capsys)
+    assert_one_line_error(proc, flag, out)
 
 
 def test_batch_aggregation_is_accounted_with_sensitivity_two():
     ds = _tiny_tabular()
-    vae, _ = build_stage1_vae(ds, 4)
+    vae = build_stage1_vae(ds, 4)
     plan = plan_stage1_privacy(vae, DPConfig(aggregation="batch", noise_multiplier=3.0, num_partitions=1, seed=0),
                                240, 40, 1, delta=1e-3)
     assert plan.config.sensitivity(False) == 2.0 and plan.effective_noise_multiplier == pytest.approx(1.5)

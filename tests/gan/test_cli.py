@@ -1,11 +1,11 @@
+import json
 import os
 
 import numpy as np
 import pytest
 from absl import flags
-from absl.testing import flagsaver
 
-from tfpriv.cli import flags as common_flags  # noqa: F401  (train.py's shared flags)
+from tfpriv.cli.job import read_settings
 from tfpriv.errors import UsageError
 from tfpriv.gan import cli
 from tfpriv.gan.training import save_generator
@@ -29,29 +29,36 @@ def _parsed():
     ("dpwgan_gp", {"aggregation": "termwise"}, "--aggregation: must be micro (per-example clipping of the critic)"),
     ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of fast, vectorized, per_example, got 'vmap'"),
     ("dpwgan_gp", {"num_samples": 0}, "--num_samples: must be >= 10, got 0"),
-    ("dpwgan", {}, "--model: GAN models are dpwgan_gp, dpgan, got 'dpwgan'"),
-    ("dpgan", {"feature_scaling": "public"}, "--feature_scaling: applies to the UCI tabular datasets only"),
+    ("dpwgan_gp", {"dataset": "adult"}, "--dataset: must be one of mnist, fashion_mnist"),
+    ("dpgan", {"epsilon": 3.0, "noise_multiplier": 1.0}, "--noise_multiplier: cannot be combined with --epsilon"),
+    ("dpgan", {"aggregation": "none", "epsilon": 3.0}, "--epsilon: only applies to private training"),
 ])
-def test_bad_flags_raise_one_line_usage_error_before_output(tmp_path, model, overrides, message):
+def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, model, overrides, message):
     out = tmp_path / "run"
-    with flagsaver.flagsaver(**overrides):
-        with pytest.raises(UsageError) as err:
-            cli.run(str(out), model)
+    with pytest.raises(UsageError) as err:
+        cli.run(read_settings(cli.JOB, FLAGS, model=model, **overrides), str(out))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     assert not out.exists()
 
 
-def test_model_defaults_apply_unless_a_common_flag_is_given():
-    # train.py's defaults (aggregation=termwise, clipping=fast, batch 64, ...) are not GAN settings.
-    s = cli.validate_flags("dpwgan_gp")
-    assert (s.critic_steps, s.batch_size, s.clipping, s.aggregation) == (1, 128, "per_example", "micro")
-    assert s.learning_rate == pytest.approx(128 * 3.125e-6)  # 004's lr = batch * 3.125e-6
-    assert s.seed_from_os
-    d = cli.validate_flags("dpgan")
-    assert (d.critic_steps, d.clipping, d.learning_rate) == (5, "fast", 5e-5)
-    with flagsaver.flagsaver(batch_size=64, seed=3):
-        s = cli.validate_flags("dpwgan_gp")
-    assert (s.batch_size, s.learning_rate, s.seed, s.seed_from_os) == (64, pytest.approx(64 * 3.125e-6), 3, False)
+def test_seed_from_os_unless_given():
+    run = cli.GanRun(read_settings(cli.JOB, FLAGS), "unused")
+    run.validate()
+    assert run.seed_from_os and run.sampling_seed() is None and 0 <= run.seed < 2**31
+    run = cli.GanRun(read_settings(cli.JOB, FLAGS, seed=3), "unused")
+    run.validate()
+    assert (run.seed, run.sampling_seed(), run.seed_from_os) == (3, 3, False)
+
+
+def test_classifier_training_shows_progress(tmp_path, capsys, monkeypatch):
+    from tfpriv.metrics import mnist_classifier
+    calls = []
+    monkeypatch.setattr(mnist_classifier, "get_mnist_classifier", lambda *a, **k: calls.append(k) or "model")
+    s = read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=2)
+    assert cli._classifier(s) == "model" and calls[0]["verbose"] == 2
+    assert "training the MNIST evaluation classifier (8 epochs" in capsys.readouterr().out
+    cli._classifier(read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=0))
+    assert capsys.readouterr().out == ""
 
 
 def test_sample_writes_labelled_samples_from_a_saved_generator(tmp_path):
@@ -59,17 +66,32 @@ def test_sample_writes_labelled_samples_from_a_saved_generator(tmp_path):
     model.generator(model._generator_in(model._latent(2), np.array([0, 1], np.int32)))
     save_generator(model, str(tmp_path / "run"), {"model": "dpwgan_gp", "capacity": 2, "latent_size": 4,
                                                   "num_classes": 10})
-    with flagsaver.flagsaver(num_samples=30):
-        info = cli.sample(str(tmp_path / "run"))  # train.py --mode=sample --output_dir=<the run>
+    # train.py --mode=sample --output_dir=<the run> --num_samples=30
+    info = cli.sample(read_settings(cli.JOB, FLAGS, num_samples=30), str(tmp_path / "run"))
     data = np.load(info["samples"])
     assert data["images"].shape == (30, 28, 28, 1) and data["labels"].shape == (30,)
     assert np.bincount(data["labels"], minlength=10).tolist() == [3] * 10  # balanced classes
     assert 0.0 <= data["images"].min() and data["images"].max() <= 1.0
-    assert os.path.getsize(info["grid"]) > 1000
+    assert info["grid"].endswith("samples_grid.png") and os.path.getsize(info["grid"]) > 1000
+    assert info["num_samples"] == 30 and info["conditional"]
 
 
 def test_sample_without_generator_is_a_usage_error(tmp_path):
-    with flagsaver.flagsaver(generator_path=str(tmp_path / "nothing")):
-        with pytest.raises(UsageError, match=r"^--generator_path: no generator at"):
-            cli.sample(str(tmp_path / "out"))
+    with pytest.raises(UsageError, match=r"^--generator_path: no generator at"):
+        cli.sample(read_settings(cli.JOB, FLAGS, generator_path=str(tmp_path / "nothing")), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_results_have_the_common_keys(tmp_path, data_dir):
+    """A tiny non-scored DPGAN run: results.json with the keys every family writes."""
+    out = tmp_path / "run"
+    s = read_settings(cli.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+                      latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20, seed=0,
+                      verbose=0)
+    res = cli.run(s, str(out))
+    stored = json.load(open(out / "results.json"))
+    assert stored["epochs"] == res["epochs"] == 1 and stored["planned_epochs"] == 2  # stopped by --max_steps
+    assert stored["limit_reached"] and stored["steps"] == stored["training"]["critic_steps"] == 3
+    assert len(stored["segments"]) == 1 and stored["segments"][0]["steps"] == 3
+    assert stored["gan"]["seed"] == 0 and stored["privacy"]["aggregation"] == "micro"
+    assert (out / "privacy_plan.json").is_file() and (out / "logs").is_dir() and (out / "generator.keras").is_file()

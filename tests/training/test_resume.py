@@ -85,7 +85,7 @@ def _stage1_run(directory, epochs):
     x = rng.normal(size=(N, 7)).astype(np.float32)
     ds = types.SimpleNamespace(name="abalone", x_train=x, x_test=x[:40], likelihood="gaussian", kind="tabular")
     tf.keras.utils.set_random_seed(0)
-    vae, _ = build_stage1_vae(ds, 4, robust_decoder=1.0)
+    vae = build_stage1_vae(ds, 4, robust_decoder=1.0)
     dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=1.0, num_partitions=1, seed=1)
     plan = plan_stage1_privacy(vae, dp, N, 20, epochs, delta=1e-3)
     st = train_stage1(ds, 4, epochs=epochs, batch_size=20, robust_decoder=1.0, plan=plan, vae=vae,
@@ -137,7 +137,7 @@ def test_target_epsilon_already_spent_is_refused(tmp_path):
 
     spent = [(0.1, 0.8, 10)]
     from tfpriv.errors import ConfigError
-    with pytest.raises(ConfigError, match="--epsilon: target 1 is already spent"):
+    with pytest.raises(ConfigError, match="^target_epsilon: 1 is already spent"):
         plan_for(1.0, spent)
     assert epsilon_for(spent, 1e-3) > 1.0
 

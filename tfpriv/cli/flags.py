@@ -1,34 +1,49 @@
-"""Flags shared by every job. Job-specific flags live beside their jobs."""
+"""Flags shared by every job. Job-specific flags live beside their jobs (defined once, there).
+
+A flag's default below is the main job's (PriVAE); a job may have its own default for a shared
+flag (its `Job.defaults`, tfpriv/cli/job.py; e.g. --dataset=mnist for the GANs). A value the user
+gives always wins; a shared flag a job does not read is refused rather than ignored.
+"""
 from absl import flags
 
-MODELS = ("privae", "vae", "dpwgan_gp", "dpgan", "filter")
 MODES = ("train", "sample")
 
-flags.DEFINE_string("model", "privae", f"Model to train: {', '.join(MODELS)} (vae = privae).")
+flags.DEFINE_string("model", "privae", "Model to train: privae (= vae), dpwgan_gp, dpgan or filter.")
 flags.DEFINE_string("mode", "train", f"{', '.join(MODES)}: train a model, or draw samples from a trained run in --output_dir.")
-flags.DEFINE_string("dataset", "digits", "digits (bundled, no download), mnist, fashion_mnist, adult, abalone, pinwheel, or tfds:<name>.")
+flags.DEFINE_string("dataset", "digits", "digits (bundled, no download), mnist, fashion_mnist, adult, abalone, pinwheel, "
+                    "or tfds:<name>. Default per model: digits (privae), mnist (GANs, filter).")
 flags.DEFINE_string("data_dir", None, "Folder with the original-format data files (mnist/, fashion_mnist/, adult/, abalone/).")
 flags.DEFINE_string("feature_scaling", "auto", "adult/abalone preprocessing: public (fixed public constants and schema; "
                     "see tfpriv/data/uci.py), train (train-split mean/std and categories: not private, refused with "
                     "private training) or auto (public when a model is trained privately, train otherwise).")
-flags.DEFINE_string("output_dir", None, "Run folder (results.json, checkpoints, logs). Default: runs/<model>-<dataset>-<time>. An existing run resumes.")
+flags.DEFINE_string("output_dir", None, "Run folder (results.json, checkpoints, logs). Default: runs/<model>-<dataset>-<time>. "
+                    "An existing run resumes; its earlier segments stay in results.json.")
 flags.DEFINE_integer("seed", None, "Seed for initialisation, sampling and noise. Default: drawn from the OS (needed for a real release).")
-flags.DEFINE_integer("epochs", 20, "Training epochs (an epoch is N/B steps).")
-flags.DEFINE_integer("batch_size", 64, "Expected batch size B = qN (Poisson) or fixed batch size (shuffle).")
-flags.DEFINE_float("learning_rate", 1e-3, "Learning rate.")
-flags.DEFINE_string("aggregation", "termwise", "none, micro, batch or termwise (see docs/privacy.md).")
+flags.DEFINE_integer("epochs", 20, "Training epochs (an epoch is N/B steps). Default per model: 20 (privae, dpgan), 40 (dpwgan_gp).")
+flags.DEFINE_integer("batch_size", 64, "Expected batch size B = qN (Poisson) or fixed batch size (shuffle). "
+                     "Default per model: 64 (privae, dpgan), 128 (dpwgan_gp).")
+flags.DEFINE_float("learning_rate", 1e-3, "Learning rate. Default per model: 1e-3 (privae), 5e-5 (dpgan), "
+                   "batch_size x 3.125e-6 (dpwgan_gp).")
+flags.DEFINE_string("aggregation", "termwise", "none, micro, batch or termwise (see docs/privacy.md). "
+                    "Default per model: termwise (privae), micro (GANs), none (filter).")
 flags.DEFINE_string("sampling", "poisson", "poisson (what the accountant assumes) or shuffle (epsilon is then an approximation).")
 flags.DEFINE_float("l2_norm_clip", 1.0, "C: per-example clip norm (C1 of the sample-wise terms in termwise mode).")
 flags.DEFINE_float("batch_clip", 0.5, "C2: per-partition clip norm of batch-wise terms (termwise); 0 drops them from the gradient.")
 flags.DEFINE_integer("num_partitions", 4, "b: partitions of each batch for batch-wise terms (termwise); 0 = one per example.")
-flags.DEFINE_float("noise_multiplier", 3.5, "z: noise std over clip norm for each clipped block (ignored when --epsilon is set).")
-flags.DEFINE_float("epsilon", None, "Target epsilon: calibrates --noise_multiplier for the planned steps.")
+flags.DEFINE_float("noise_multiplier", 3.5, "z: noise std over clip norm for each clipped block. Not with --epsilon, "
+                   "which calibrates it. Default per model: 3.5 (privae, filter), 0.5 (dpwgan_gp), 1.0 (dpgan).")
+flags.DEFINE_float("epsilon", None, "Target epsilon: calibrates the noise multiplier for the planned steps "
+                   "(not with --noise_multiplier or --aggregation=none).")
 flags.DEFINE_float("delta", None, "delta; must be < 1/N. Default: the power of ten below min(1/N, 1e-5).")
 flags.DEFINE_float("max_epsilon", None, "Hard budget: training stops before a step would exceed it.")
 flags.DEFINE_integer("max_batch_size", None, "micro with batch-wise terms: batches above this are skipped (bounds the sensitivity).")
-flags.DEFINE_string("clipping", "fast", "fast (ghost norms, per-layer rules), per_example (vectorized_map over examples; exact for second-order losses) or vectorized (per-example Jacobians).")
+flags.DEFINE_string("clipping", "fast", "fast (ghost norms, per-layer rules), per_example (vectorized_map over examples; "
+                    "exact for second-order losses) or vectorized (per-example Jacobians). "
+                    "Default per model: fast, per_example (dpwgan_gp).")
 flags.DEFINE_string("clipped_sum", "bookkeeping", "bookkeeping (from the first pass) or reweight (second backward pass).")
-flags.DEFINE_integer("latent_dim", None, "Latent dimension (default per dataset).")
-flags.DEFINE_float("beta", 1.0, "Weight of the per-example KL term.")
-flags.DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
-flags.DEFINE_integer("verbose", 2, "Keras verbosity: 0 silent, 1 progress bar, 2 one line per epoch.")
+flags.DEFINE_integer("latent_dim", None, "Latent dimension of the VAE (default per dataset).")
+flags.DEFINE_float("beta", 1.0, "Weight of the per-example KL term of the VAE.")
+flags.DEFINE_integer("num_samples", None, "--mode=sample: samples to draw. Default per model: 64 (privae); "
+                     "10000 (GANs, also the samples of the final scores).")
+flags.DEFINE_integer("verbose", 2, "0 silent, 1 progress bar, 2 one line per epoch; > 0 also prints progress of "
+                     "long evaluations.")

@@ -1,13 +1,14 @@
-"""Entry point of `train.py`: parse flags, dispatch to a job, turn bad input into exit code 2.
+"""Entry point of `train.py`: parse flags, read the job's settings, run it, report.
 
-Bad input (a flag, a file, a shape) prints one line `error: <what> <why>` on stderr and
-exits with code 2; an output directory this run created is removed, so nothing
-half-written is left behind.
+Bad input (a flag, a file, a shape) prints one line `error: --flag: <why>` on stderr and exits
+with code 2; an output directory this run created is removed, so nothing half-written is left
+behind. Library errors name library parameters; the job maps them to its flags
+(`tfpriv.cli.job.flag_message`). Ctrl-C stops with one line saying how to resume (exit 130).
+`--help` lists tfpriv's flags (shared, then per job); `--helpfull` lists every flag.
 """
 from __future__ import annotations
 
 import datetime
-import importlib
 import math
 import os
 import shutil
@@ -15,56 +16,86 @@ import sys
 
 from absl import app, flags
 
-from tfpriv.cli import flags as common_flags  # noqa: F401  (defines the shared flags)
+from tfpriv.cli import flags as common_flags
+from tfpriv.cli import privae_job
+from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.errors import UsageError
+from tfpriv.filter import cli as filter_job
+from tfpriv.gan import cli as gan_job
 
 FLAGS = flags.FLAGS
 
-# Jobs by --model; each module defines its own flags at import and has run(output_dir[, model]).
-JOB_MODULES = {
-    "privae": "tfpriv.cli.privae_job",
-    "vae": "tfpriv.cli.privae_job",
-    "filter": "tfpriv.filter.cli",
-    "dpwgan_gp": "tfpriv.gan.cli",
-    "dpgan": "tfpriv.gan.cli",
+JOB_LIST: tuple[Job, ...] = (privae_job.JOB, gan_job.JOB, filter_job.JOB)
+# --model value -> job
+JOBS: dict[str, Job] = {name: job for job in JOB_LIST for name in job.names}
+
+HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true", "--helpshort=true")
+MODULE_TITLES = {
+    "tfpriv.cli.flags": "shared flags (every model)",
+    "tfpriv.cli.privae_job": "--model=privae (= vae)",
+    "tfpriv.gan.cli": "--model=dpwgan_gp | dpgan",
+    "tfpriv.filter.cli": "--model=filter",
 }
-for _module in ("tfpriv.gan.cli", "tfpriv.filter.cli", "tfpriv.cli.privae_job"):
-    try:
-        importlib.import_module(_module)
-    except ModuleNotFoundError as exc:  # a job package that is not part of this build
-        if exc.name is None or not _module.startswith(exc.name):
-            raise
 
 
-def _default_output_dir() -> str:
+def job_for(model: str) -> Job:
+    job = JOBS.get(model)
+    if job is None:
+        raise UsageError(f"--model: must be one of {', '.join(JOBS)}, got {model!r}")
+    return job
+
+
+def default_output_dir(model: str, dataset: str) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{FLAGS.model}-{FLAGS.dataset.replace(':', '_')}-{stamp}")
+    return os.path.join("runs", f"{model}-{dataset.replace(':', '_')}-{stamp}")
 
 
-def _run_job(output_dir: str) -> dict:
-    module_name = JOB_MODULES.get(FLAGS.model)
-    if module_name is None:
-        raise UsageError(f"--model: must be one of {', '.join(JOB_MODULES)}, got {FLAGS.model!r}")
+def check_writable(output_dir: str) -> None:
+    """Refuses an --output_dir that cannot be created or written, before any work is done."""
+    path = os.path.abspath(output_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--output_dir: {output_dir} exists and is not a directory")
+    parent = path
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"--output_dir: cannot create {output_dir}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--output_dir: cannot write to {parent} (permission denied)")
+
+
+def prepare(argv=None):
+    """(job, settings, output_dir) for the flags; raises UsageError for bad flags."""
+    if argv is not None and len(argv) > 1:
+        raise UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
+    job = job_for(FLAGS.model)
     if FLAGS.mode not in common_flags.MODES:
         raise UsageError(f"--mode: must be one of {', '.join(common_flags.MODES)}, got {FLAGS.mode!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        raise UsageError(f"--model: {FLAGS.model} is not available in this build") from None
+    settings = read_settings(job, FLAGS, model=FLAGS.model)
     if FLAGS.mode == "sample":
+        if job.sample is None:
+            raise UsageError(f"--mode: sample is not supported for --model={FLAGS.model}; use --mode=train")
         if not FLAGS.output_dir:
             raise UsageError("--output_dir: --mode=sample needs the folder of a trained run")
-        return module.sample(output_dir)
-    if FLAGS.model in ("dpwgan_gp", "dpgan"):
-        return module.run(output_dir, FLAGS.model)
-    return module.run(output_dir)
+        return job, settings, FLAGS.output_dir
+    output_dir = FLAGS.output_dir or default_output_dir(FLAGS.model, settings.dataset)
+    check_writable(output_dir)
+    return job, settings, output_dir
 
 
-def _report(results: dict, output_dir: str) -> None:
-    eps = results.get("epsilon")
+def execute(job: Job, settings, output_dir: str) -> dict:
     if FLAGS.mode == "sample":
-        print(f"samples written to {output_dir}")
+        return job.sample(settings, output_dir)
+    return job.run(settings, output_dir)
+
+
+def report(job: Job, output_dir: str, results: dict, mode: str = "train") -> None:
+    """What a finished run prints: epsilon (or that there is none), a budget stop, the metrics."""
+    if mode == "sample":
+        print(f"{results.get('num_samples')} samples written to {results.get('samples')}"
+              + (f" (grid: {results['grid']})" if results.get("grid") else ""))
         return
+    eps = results.get("epsilon")
     if eps is None or (isinstance(eps, float) and math.isinf(eps)):
         print(f"non-private run: no privacy guarantee (epsilon = inf). Results: {output_dir}/results.json")
     else:
@@ -72,6 +103,9 @@ def _report(results: dict, output_dir: str) -> None:
               f"({results.get('aggregation')}, effective noise multiplier "
               f"{results.get('effective_noise_multiplier', float('nan')):.4g}, {results.get('steps')} steps). "
               f"Results: {output_dir}/results.json")
+    if results.get("budget_reached"):
+        print(f"stopped at --max_epsilon={results.get('max_epsilon'):g}: {results.get('epochs')} of "
+              f"{results.get('planned_epochs')} planned epochs completed; the next step would exceed the budget")
     metrics = results.get("metrics", {})
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not k.endswith("seconds")}
     if shown:
@@ -79,25 +113,60 @@ def _report(results: dict, output_dir: str) -> None:
 
 
 def main(argv) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments: {' '.join(argv[1:])}", None, True)
-    output_dir = FLAGS.output_dir or _default_output_dir()
-    existed = os.path.exists(output_dir)
+    job, output_dir, existed = JOBS.get(FLAGS.model), None, False
     try:
-        results = _run_job(output_dir)
+        job, settings, output_dir = prepare(argv)
+        existed = os.path.exists(output_dir)
+        results = execute(job, settings, output_dir)
     except UsageError as exc:
-        _fail(str(exc), output_dir, existed)
-    _report(results, output_dir)
+        fail(flag_message(exc, job), output_dir, existed)
+    except KeyboardInterrupt:
+        interrupted(job, output_dir)
+    report(job, output_dir, results, FLAGS.mode)
 
 
-def _fail(message: str, output_dir: str | None, existed: bool) -> None:
+def fail(message: str, output_dir: str | None, existed: bool) -> None:
+    """One line on stderr, exit code 2; removes the output folder if this run created it."""
     if output_dir and not existed:
         shutil.rmtree(output_dir, ignore_errors=True)
-    print(f"error: {message.splitlines()[0] if message else 'invalid input'}", file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def _parse_flags(argv):
+def interrupted(job: Job | None, output_dir: str | None) -> None:
+    """Ctrl-C: one line saying where the checkpoints are and how to resume; exit code 130."""
+    checkpoints = os.path.join(output_dir, job.checkpoint_subdir) if output_dir and job else None
+    if checkpoints and os.path.isdir(checkpoints) and os.listdir(checkpoints):
+        print(f"interrupted: checkpoints are in {checkpoints}; run the same command again "
+              f"(same --output_dir) to resume", file=sys.stderr)
+    elif output_dir:
+        print(f"interrupted before the first checkpoint in {output_dir}; run the same command again "
+              "to start over", file=sys.stderr)
+    else:
+        print("interrupted", file=sys.stderr)
+    sys.exit(130)
+
+
+def help_text() -> str:
+    """tfpriv's flags grouped by job (absl's and TensorFlow's are under --helpfull)."""
+    doc = (sys.modules["__main__"].__doc__ or "").strip() or "python train.py [flags]"
+    parts = [doc, ""]
+    modules = tfpriv_flag_modules(FLAGS)
+    for module in [m for m in MODULE_TITLES if m in modules] + [m for m in modules if m not in MODULE_TITLES]:
+        rendered = FLAGS.module_help(module).strip("\n").splitlines()
+        if rendered:
+            parts.append(f"{MODULE_TITLES.get(module, module)}:")
+            parts.extend(rendered[1:])
+            parts.append("")
+    parts.append("Flag files: --flagfile=flags/NAME.cfg. Every flag, including absl's and TensorFlow's: --helpfull.")
+    return "\n".join(parts)
+
+
+def parse_flags(argv):
+    args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    if any(a in HELP_FLAGS for a in args):
+        print(help_text())
+        sys.exit(0)
     try:
         return FLAGS(argv)
     except flags.Error as exc:
@@ -107,4 +176,4 @@ def _parse_flags(argv):
 
 def entry_point() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=parse_flags)

@@ -1,18 +1,22 @@
-"""`--model=privae`: train a (private) VAE, evaluate it, write results.json and figures."""
+"""`--model=privae` (= `vae`): train a (private) VAE, evaluate it, write results.json and figures."""
 from __future__ import annotations
 
+import dataclasses
 import os
-import time
 
 import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.cli import pipeline
+from tfpriv.cli.job import Job, PrivateSettings
+from tfpriv.cli.pipeline import Built, need, progress
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.uci import resolve_feature_scaling
-from tfpriv.errors import ConfigError, UsageError
+from tfpriv.errors import UsageError
 from tfpriv.models.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.evaluation import encode_all, evaluate_vae
@@ -20,11 +24,10 @@ from tfpriv.models.plots import image_grid, pinwheel_figure
 from tfpriv.models.priors import GaussianMixture, make_prior
 from tfpriv.models.vae import VAE, load_vae
 from tfpriv.privacy.config import DPConfig
-from tfpriv.training.results import write_results
-from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
 
 flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
 flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
+flags.DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
 flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
 flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
 flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
@@ -40,112 +43,128 @@ flags.DEFINE_float("prior_sigma0_sq", 0.05, "Spike variance sigma0^2 of the spar
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
 flags.DEFINE_integer("eval_importance_samples", 100, "K: importance samples for the test log-likelihood.")
 flags.DEFINE_integer("eval_examples", 2000, "Held-out examples used for metrics (0 = all).")
-if "num_samples" not in flags.FLAGS:  # the GAN job defines the same flag
-    flags.DEFINE_integer("num_samples", 64, "--mode=sample: how many samples to draw.")
-
-FLAGS = flags.FLAGS
 
 DEFAULT_LATENT = {"digits": 8, "mnist": 50, "fashion_mnist": 50, "pinwheel": 2, "adult": 10, "abalone": 4}
+OPTIMIZERS = ("sgd", "adam")
 
 
-def _optimizer(name: str, lr: float) -> tf.keras.optimizers.Optimizer:
-    if not lr > 0:
-        raise ConfigError(f"--learning_rate: must be > 0, got {lr}")
-    if name == "sgd":
-        return tf.keras.optimizers.SGD(lr)
-    if name == "adam":
-        return tf.keras.optimizers.Adam(lr)
-    raise ConfigError(f"--optimizer: must be sgd or adam, got {name!r}")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PriVAESettings(PrivateSettings):
+    feature_scaling: str
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    batch_clip: float
+    num_partitions: int
+    max_batch_size: int | None
+    clipped_sum: str
+    latent_dim: int | None
+    beta: float
+    alpha: float
+    num_samples: int
+    prior: str
+    regularizer: str
+    num_samples_L: int
+    architecture: str
+    pinwheel_hidden: str
+    pinwheel_scale: float
+    likelihood: str
+    obs_std: float
+    prior_sigma: float
+    prior_gamma: float
+    prior_sigma0_sq: float
+    optimizer: str
+    eval_importance_samples: int
+    eval_examples: int
 
 
-def build_vae(dataset, latent_dim: int) -> VAE:
-    arch = FLAGS.architecture
+class PriVAERun(pipeline.TrainingRun):
+    def validate(self) -> None:
+        s = self.s
+        need("eval_importance_samples", s.eval_importance_samples >= 1, ">= 1", s.eval_importance_samples)
+        need("eval_examples", s.eval_examples >= 0, ">= 0", s.eval_examples)
+        need("num_samples_L", s.num_samples_L >= 1, ">= 1", s.num_samples_L)
+        need("learning_rate", s.learning_rate > 0, "> 0", s.learning_rate)
+        need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
+        parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
+        if s.dataset != "pinwheel" and "pinwheel_scale" in s.given:
+            raise UsageError(f"--pinwheel_scale: only applies to --dataset=pinwheel, got --dataset={s.dataset}")
+        # adult/abalone: public constants when the VAE is trained privately (train statistics are refused then)
+        self.feature_scaling = resolve_feature_scaling(s.feature_scaling, s.dataset, private=s.aggregation != "none")
+
+    def load(self):
+        s = self.s
+        if s.seed is not None:
+            tf.keras.utils.set_random_seed(s.seed)
+        if s.dataset == "pinwheel":
+            return load_pinwheel(s.data_dir, seed=s.seed or 0, scale=check_scale(s.pinwheel_scale))
+        return load_dataset(s.dataset, s.data_dir, seed=s.seed or 0, feature_scaling=self.feature_scaling)
+
+    def build(self, data) -> Built:
+        s = self.s
+        self.latent_dim = s.latent_dim or DEFAULT_LATENT.get(data.name, 16)
+        vae = build_vae(s, data, self.latent_dim)
+        config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, batch_clip=s.batch_clip,
+                          noise_multiplier=s.noise_multiplier, num_partitions=s.num_partitions,
+                          max_batch_size=s.max_batch_size, clipping=s.clipping, clipped_sum=s.clipped_sum,
+                          seed=s.seed)
+        optimizer = (tf.keras.optimizers.SGD if s.optimizer == "sgd" else tf.keras.optimizers.Adam)(s.learning_rate)
+        return Built(vae, data.x_train, optimizer, config, s.batch_size, s.epochs, s.sampling)
+
+    def evaluate(self) -> dict:
+        s, data, vae = self.s, self.data, self.built.model
+        labels = next(iter(data.labels_test.values())) if data.labels_test else None
+        n = min(len(data.x_test), s.eval_examples or len(data.x_test))
+        progress(s, f"evaluating the VAE on {n} test examples (log-likelihood with K={s.eval_importance_samples} "
+                    "importance samples, sparsity, MMD) ...")
+        metrics = evaluate_vae(vae, data.x_test, labels, importance_samples=s.eval_importance_samples,
+                               max_examples=s.eval_examples or None, seed=s.seed or 0)
+        metrics["train_seconds"] = self.fit["train_seconds"]
+        if self.fit["history"].get("loss"):
+            metrics["final_train_loss"] = self.fit["history"]["loss"][-1]
+        vae.save_vae(os.path.join(self.output_dir, "vae"))
+        _figures(s, vae, data, self.output_dir)
+        return metrics
+
+    def record(self) -> dict:
+        s, vae = self.s, self.built.model
+        out = {"feature_scaling": self.feature_scaling, "prior": s.prior, "regularizer": s.regularizer,
+               "alpha": vae.alpha, "beta": vae.beta, "latent_dim": self.latent_dim, "num_samples_L": vae.num_samples,
+               "optimizer": s.optimizer, "learning_rate": s.learning_rate}
+        if self.data.name == "pinwheel":
+            out.update(pinwheel_scale=float(s.pinwheel_scale), pinwheel_hidden=list(parse_hidden(s.pinwheel_hidden)),
+                       num_parameters=int(vae.encoder.count_params() + vae.decoder.count_params()))
+        return out
+
+
+def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
+    arch = s.architecture
     shape = dataset.x_train.shape[1:]
     if arch == "auto":
         arch = "conv" if tuple(shape[:2]) == (28, 28) else ("pinwheel" if dataset.kind == "points" else "mlp")
-    likelihood = dataset.likelihood if FLAGS.likelihood == "auto" else FLAGS.likelihood
+    if arch != "pinwheel" and "pinwheel_hidden" in s.given:
+        raise UsageError(f"--pinwheel_hidden: only applies to --architecture=pinwheel, got --architecture={arch}")
+    likelihood = dataset.likelihood if s.likelihood == "auto" else s.likelihood
     kwargs = {}
-    if FLAGS.prior == "mixture":
-        kwargs["sigma"] = FLAGS.prior_sigma
-    elif FLAGS.prior == "sparse":
-        kwargs.update(gamma=FLAGS.prior_gamma, sigma0_sq=FLAGS.prior_sigma0_sq)
-    prior = make_prior(FLAGS.prior, latent_dim, **kwargs)
-    regularizer = make_divergence(FLAGS.regularizer)
-    if arch != "pinwheel" and FLAGS["pinwheel_hidden"].present:
-        raise ConfigError(f"--pinwheel_hidden: only applies to --architecture=pinwheel, got --architecture={arch}")
-    encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=FLAGS.pinwheel_hidden)
-    alpha = FLAGS.alpha if regularizer is not None else 0.0
-    return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=FLAGS.beta, alpha=alpha,
-               regularizer=regularizer, num_samples=FLAGS.num_samples_L, obs_std=FLAGS.obs_std)
+    if s.prior == "mixture":
+        kwargs["sigma"] = s.prior_sigma
+    elif s.prior == "sparse":
+        kwargs.update(gamma=s.prior_gamma, sigma0_sq=s.prior_sigma0_sq)
+    prior = make_prior(s.prior, latent_dim, **kwargs)
+    regularizer = make_divergence(s.regularizer)
+    encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=s.pinwheel_hidden)
+    alpha = s.alpha if regularizer is not None else 0.0
+    return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=s.beta, alpha=alpha,
+               regularizer=regularizer, num_samples=s.num_samples_L, obs_std=s.obs_std)
 
 
-def run(output_dir: str) -> dict:
-    if FLAGS.seed is not None:
-        tf.keras.utils.set_random_seed(FLAGS.seed)
-    for flag in ("eval_importance_samples", "num_samples_L"):
-        if getattr(FLAGS, flag) < 1:
-            raise UsageError(f"--{flag}: must be >= 1, got {getattr(FLAGS, flag)}")
-    parse_hidden(FLAGS.pinwheel_hidden)  # fail before loading data or planning privacy
-    # adult/abalone: public constants when the VAE is trained privately (train statistics are refused then)
-    feature_scaling = resolve_feature_scaling(FLAGS.feature_scaling, FLAGS.dataset, private=FLAGS.aggregation != "none")
-    if FLAGS.dataset == "pinwheel":
-        dataset = load_pinwheel(FLAGS.data_dir, seed=FLAGS.seed or 0, scale=check_scale(FLAGS.pinwheel_scale))
-    elif FLAGS["pinwheel_scale"].present:
-        raise UsageError(f"--pinwheel_scale: only applies to --dataset=pinwheel, got --dataset={FLAGS.dataset}")
-    else:
-        dataset = load_dataset(FLAGS.dataset, FLAGS.data_dir, seed=FLAGS.seed or 0, feature_scaling=feature_scaling)
-    latent_dim = FLAGS.latent_dim or DEFAULT_LATENT.get(dataset.name, 16)
-    vae = build_vae(dataset, latent_dim)
-    aggregation = FLAGS.aggregation
-    config = DPConfig(aggregation=aggregation, l2_norm_clip=FLAGS.l2_norm_clip, batch_clip=FLAGS.batch_clip,
-                      noise_multiplier=FLAGS.noise_multiplier, num_partitions=FLAGS.num_partitions,
-                      max_batch_size=FLAGS.max_batch_size, clipping=FLAGS.clipping,
-                      clipped_sum=FLAGS.clipped_sum, seed=FLAGS.seed)
-    plan = plan_privacy(config, vae.term_spec(), len(dataset.x_train), FLAGS.batch_size, FLAGS.epochs,
-                        FLAGS.sampling, FLAGS.delta, FLAGS.epsilon if aggregation != "none" else None,
-                        FLAGS.max_epsilon, history=read_ledger(output_dir))
-    optimizer = _optimizer(FLAGS.optimizer, FLAGS.learning_rate)
-    os.makedirs(output_dir, exist_ok=True)
-    start = time.time()
-    fit = fit_private(vae, dataset.x_train, plan, optimizer, output_dir, seed=FLAGS.seed, verbose=FLAGS.verbose)
-    train_seconds = time.time() - start
-    labels = next(iter(dataset.labels_test.values())) if dataset.labels_test else None
-    metrics = evaluate_vae(vae, dataset.x_test, labels, importance_samples=FLAGS.eval_importance_samples,
-                           max_examples=FLAGS.eval_examples or None, seed=FLAGS.seed or 0)
-    metrics["train_seconds"] = train_seconds
-    if "loss" in fit["history"]:
-        metrics["final_train_loss"] = fit["history"]["loss"][-1]
-    vae.save_vae(os.path.join(output_dir, "vae"))
-    _figures(vae, dataset, output_dir)
-    summary = plan.summary()
-    results = {
-        "model": FLAGS.model, "dataset": dataset.name, "feature_scaling": feature_scaling, **summary,
-        "epsilon": fit["epsilon"], "steps": fit["steps"], "epochs": fit["epochs_completed"],
-        "planned_epochs": plan.epochs, "resumed": fit["resumed"], "budget_reached": fit["budget_reached"],
-        "prior": FLAGS.prior, "regularizer": FLAGS.regularizer, "alpha": vae.alpha, "beta": vae.beta,
-        "latent_dim": latent_dim, **_pinwheel_settings(dataset, vae), "num_samples_L": vae.num_samples, "optimizer": FLAGS.optimizer,
-        "learning_rate": FLAGS.learning_rate, "seed": FLAGS.seed, "metrics": metrics,
-        "history": fit["history"],
-    }
-    write_results(output_dir, results)
-    return results
-
-
-def _pinwheel_settings(dataset, vae: VAE) -> dict:
-    if dataset.name != "pinwheel":
-        return {}
-    return {"pinwheel_scale": float(FLAGS.pinwheel_scale),
-            "num_parameters": int(vae.encoder.count_params() + vae.decoder.count_params()),
-            "pinwheel_hidden": list(parse_hidden(FLAGS.pinwheel_hidden))}
-
-
-def _figures(vae: VAE, dataset, output_dir: str) -> None:
+def _figures(s, vae: VAE, dataset, output_dir: str) -> None:
     if dataset.kind == "points":
         mean, _ = encode_all(vae, dataset.x_test)
         recon = vae.decode(tf.convert_to_tensor(mean)).numpy()
         means = vae.prior.means if isinstance(vae.prior, GaussianMixture) else None
         pinwheel_figure(dataset.x_test, recon, mean, os.path.join(output_dir, "pinwheel.png"),
-                        title=f"{FLAGS.aggregation}, regularizer={FLAGS.regularizer}", prior_means=means)
+                        title=f"{s.aggregation}, regularizer={s.regularizer}", prior_means=means)
     elif dataset.kind == "image":
         image_grid(vae.sample(64, seed=0).numpy(), os.path.join(output_dir, "samples.png"), title="samples")
         x = dataset.x_test[:32]
@@ -154,17 +173,27 @@ def _figures(vae: VAE, dataset, output_dir: str) -> None:
         image_grid(pairs, os.path.join(output_dir, "reconstructions.png"), rows=8, title="data | reconstruction")
 
 
-def sample(output_dir: str) -> dict:
+def run(settings: PriVAESettings, output_dir: str) -> dict:
+    """Trains, evaluates and records a (Pri)VAE under `settings` in `output_dir` (resumes a run there)."""
+    return PriVAERun(settings, output_dir).run()
+
+
+def sample(settings: PriVAESettings, output_dir: str) -> dict:
     """`--mode=sample`: draws --num_samples from the VAE saved in `output_dir/vae`."""
     path = os.path.join(output_dir, "vae")
     if not os.path.isfile(os.path.join(path, "vae.json")):
         raise UsageError(f"--output_dir: {output_dir} holds no trained VAE (missing vae/vae.json)")
-    if FLAGS.num_samples < 1:
-        raise UsageError(f"--num_samples: must be >= 1, got {FLAGS.num_samples}")
-    vae = load_vae(path)
-    x = vae.sample(FLAGS.num_samples, seed=FLAGS.seed).numpy()
-    np.savez_compressed(os.path.join(output_dir, "samples.npz"), x=x)
-    out = {"samples": os.path.join(output_dir, "samples.npz"), "n": len(x)}
-    if x.ndim == 4:
-        out["grid"] = image_grid(x[:100], os.path.join(output_dir, "samples_grid.png"))
-    return out
+    need("num_samples", settings.num_samples >= 1, ">= 1", settings.num_samples)
+    x = load_vae(path).sample(settings.num_samples, seed=settings.seed).numpy()
+    return pipeline.write_samples(output_dir, {"x": x}, x if x.ndim == 4 else None,
+                                  grid=lambda images, png, _: image_grid(images[:100], png))
+
+
+JOB = Job(
+    names=("privae", "vae"), settings_type=PriVAESettings, run=run, sample=sample,
+    defaults={"num_samples": 64},
+    # VAE(num_samples=...) is --num_samples_L; the priors' parameters are --prior_*; the pinwheel's scale.
+    flag_names={"num_samples": "num_samples_L", "gamma": "prior_gamma", "sigma0_sq": "prior_sigma0_sq",
+                "sigma": "prior_sigma", "scale": "pinwheel_scale"},
+    summary="PriVAE / VAE with term-wise DP-SGD",
+)

@@ -1,8 +1,11 @@
 """Stage 3: fresh adaptive classifiers on privatized codes, accuracy/AUROC, k-NN mutual information.
 
-Classifiers are trained on privatized TRAIN codes and scored on privatized TEST codes. Metric
-functions come from `tfpriv.metrics.classification` when that module is present; otherwise the
-private fallbacks below (same definitions) are used and `metrics_source()` says so.
+Classifiers are trained on privatized TRAIN codes and scored on privatized TEST codes. The metrics
+are the project's (`tfpriv.metrics.classification`): `accuracy`, `auroc` (binary, or macro
+one-vs-rest) and `knn_mutual_information`, Ross (2014)'s k-NN estimator of I(Z; Y) for a
+continuous code vector Z and a discrete label Y (k = 3 neighbours, max-norm on the whole vector,
+each dimension scaled to unit std and ties broken by seeded noise, as scikit-learn does per
+feature; negative estimates reported as 0).
 """
 from __future__ import annotations
 
@@ -10,73 +13,16 @@ from typing import Mapping
 
 import numpy as np
 import tensorflow as tf
-from scipy.special import digamma
-from sklearn.metrics import roc_auc_score
-from sklearn.neighbors import KDTree, NearestNeighbors
 
 from tfpriv.filter.architectures import build_classifier
+from tfpriv.metrics.classification import accuracy, auroc, knn_mutual_information
 
-
-def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
-    return float(np.mean(np.asarray(predicted) == np.asarray(labels)))
-
-
-def _auroc(labels: np.ndarray, probs: np.ndarray) -> float:
-    """Binary: AUROC of p(class 1); multiclass: macro one-vs-rest AUROC."""
-    labels = np.asarray(labels)
-    if probs.shape[1] == 2:
-        return float(roc_auc_score(labels, probs[:, 1]))
-    present = np.unique(labels)
-    scores = [roc_auc_score(labels == c, probs[:, c]) for c in present if 0 < np.mean(labels == c) < 1]
-    return float(np.mean(scores))
-
-
-def _knn_mutual_information(codes: np.ndarray, labels: np.ndarray, k: int = 3, seed: int = 0,
-                            max_points: int = 5000) -> float:
-    """I(codes; labels) in nats for continuous codes and a discrete label: the k-NN estimator of
-    Ross (2014) (the mixed-pair form of Gao et al. 2015/2017):
-    I = ψ(N) + ψ(k) − ⟨ψ(N_y)⟩ − ⟨ψ(m_i)⟩, m_i = #points within the distance to the k-th
-    same-label neighbour. Classes with <= k points are dropped; large inputs are subsampled."""
-    codes = np.asarray(codes, np.float64).reshape(len(codes), -1)
-    labels = np.asarray(labels)
-    if len(codes) > max_points:
-        idx = np.random.default_rng(seed).choice(len(codes), max_points, replace=False)
-        codes, labels = codes[idx], labels[idx]
-    radius = np.empty(len(codes))
-    counts = np.empty(len(codes))
-    keep = np.zeros(len(codes), bool)
-    for c in np.unique(labels):
-        mask = labels == c
-        nc = int(mask.sum())
-        if nc <= k:
-            continue
-        dist, _ = NearestNeighbors(n_neighbors=k + 1).fit(codes[mask]).kneighbors(codes[mask])
-        radius[mask] = np.nextafter(dist[:, -1], 0)
-        counts[mask] = nc
-        keep |= mask
-    codes, radius, counts = codes[keep], radius[keep], counts[keep]
-    m = KDTree(codes).query_radius(codes, radius, count_only=True)
-    mi = digamma(len(codes)) + digamma(k) - np.mean(digamma(counts)) - np.mean(digamma(m))
-    return float(max(mi, 0.0))
-
-
-try:  # the project's metrics module (written concurrently); fall back to the private helpers
-    from tfpriv.metrics import classification as _project_metrics
-    accuracy = _project_metrics.accuracy
-    auroc = _project_metrics.auroc
-    knn_mutual_information = _project_metrics.knn_mutual_information
-    _SOURCE = "tfpriv.metrics.classification"
-except (ImportError, AttributeError):  # pragma: no cover - depends on the other engineer's module
-    accuracy, auroc, knn_mutual_information = _accuracy, _auroc, _knn_mutual_information
-    _SOURCE = "tfpriv.filter.evaluation (private fallback)"
-
-
-def metrics_source() -> str:
-    return _SOURCE
+METRICS_SOURCE = "tfpriv.metrics.classification (accuracy, auroc, knn_mutual_information: Ross 2014, k=3)"
 
 
 def mutual_information(codes: np.ndarray, labels: np.ndarray, max_points: int = 5000, seed: int = 0) -> float:
-    """k-NN I(codes; labels) in nats on at most `max_points` (seeded subsample) for speed."""
+    """I(codes; labels) in nats by `knn_mutual_information` (Ross 2014, k = 3) on at most `max_points`
+    (a seeded subsample, for speed)."""
     codes, labels = np.asarray(codes), np.asarray(labels)
     if len(codes) > max_points:
         idx = np.random.default_rng(seed).choice(len(codes), max_points, replace=False)

@@ -33,11 +33,12 @@ def partition(n: int, num_parts: int, seed: int = 0) -> list[np.ndarray]:
 def run_multiuser(codes_train: np.ndarray, codes_test: np.ndarray, labels_train: Mapping[str, np.ndarray],
                   labels_test: Mapping[str, np.ndarray], users: list[User], precision: np.ndarray,
                   cfg: pipeline.FilterConfig, num_parts: int = 10) -> dict:
-    """Trains one filter per user on its part; returns per-user raw and released metrics."""
+    """Trains one filter per user on its part; returns per-user raw and released metrics
+    (and the trained games under "_games", not for results.json)."""
     parts_train = partition(len(codes_train), num_parts, cfg.seed)
     parts_test = partition(len(codes_test), num_parts, cfg.seed + 1)
     rel_train, rel_test = codes_train.copy(), codes_test.copy()
-    out = {"num_parts": num_parts, "users": []}
+    out = {"num_parts": num_parts, "users": [], "_games": []}
     role_labels = []
     for k, user in enumerate(users):
         ytr = {"private": resolve_label(labels_train, user.private), "utility": resolve_label(labels_train, user.utility, "--utility_label")}
@@ -56,6 +57,7 @@ def run_multiuser(codes_train: np.ndarray, codes_test: np.ndarray, labels_train:
                  "divergence_train": game.history[-1]["divergence"] if game.history else None}
         entry.update({k2: v for k2, v in pipeline.filter_privacy(game, cfg.rdp_delta).items()})
         out["users"].append(entry)
+        out["_games"].append(game)
         role_labels.append((ytr, yte, ncls, own_test))
     for entry, (ytr, yte, ncls, own_test) in zip(out["users"], role_labels):
         sub = {r: v[own_test] for r, v in yte.items()}

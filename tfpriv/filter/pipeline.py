@@ -1,16 +1,19 @@
 """Stage 2 + 3 on latent codes: train a user's filter, release, evaluate, compare to the Gaussian mechanism.
 
 Labels are passed as dicts keyed by role: "private", "utility" and optionally "nontarget".
+`FilterConfig` is not validated here: the command line checks its flags once
+(tfpriv/filter/cli.py) and `FilterGame` / `build_filter` refuse bad values of their own.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Mapping
 
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.errors import UsageError
 from tfpriv.filter import baseline, divergence as div, evaluation, rdp
 from tfpriv.filter.architectures import build_classifier
 from tfpriv.filter.filters import LinearFilter, build_filter
@@ -36,22 +39,6 @@ class FilterConfig:
     adversary_steps: int = 1
     ema_decay: float = 0.0
     seed: int = 0
-
-    def validate(self) -> None:
-        if self.budget < 0:
-            raise UsageError(f"--budget: must be >= 0, got {self.budget}")
-        if self.divergence not in div.DIVERGENCES:
-            raise UsageError(f"--divergence: must be one of {div.DIVERGENCES}, got {self.divergence!r}")
-        if self.filter_type not in ("linear", "mlp"):
-            raise UsageError(f"--filter_type: must be 'linear' or 'mlp', got {self.filter_type!r}")
-        if self.epochs < 0:
-            raise UsageError(f"--filter_epochs: must be >= 0, got {self.epochs}")
-        if self.utility_weight < 0:
-            raise UsageError(f"--utility_weight: must be >= 0, got {self.utility_weight}")
-        if self.rho_init <= 0:
-            raise UsageError(f"--penalty_rho: must be > 0, got {self.rho_init}")
-        if self.noise_dim is not None and self.noise_dim < 1:
-            raise UsageError(f"--noise_dim: must be >= 1, got {self.noise_dim}")
 
 
 def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, num_utility: int,
@@ -133,7 +120,6 @@ def run_budget(codes_train: np.ndarray, codes_test: np.ndarray, labels_train: Ma
                labels_test: Mapping[str, np.ndarray], num_classes: Mapping[str, int], precision: np.ndarray,
                cfg: FilterConfig, gaussian: bool = True) -> dict:
     """One budget, one seed: filter trained on all train codes vs the Gaussian mechanism."""
-    cfg.validate()
     game = train_filter(codes_train, labels_train["private"], labels_train["utility"],
                         num_classes["private"], num_classes["utility"], precision, cfg)
     return release_and_evaluate(game, codes_train, codes_test, labels_train, labels_test, num_classes,
@@ -143,3 +129,31 @@ def run_budget(codes_train: np.ndarray, codes_test: np.ndarray, labels_train: Ma
 def summarize(values: list[float]) -> dict[str, float]:
     a = np.asarray([v for v in values if v is not None], np.float64)
     return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0, "n": int(len(a))}
+
+
+FILTER_WEIGHTS, FILTER_CONFIG = "filter_weights.npz", "filter.json"
+
+
+def save_filter(game: FilterGame, directory: str, config: dict) -> str:
+    """Writes a trained filter: its weights (`filter_weights.npz`) and `filter.json` (type, sizes,
+    and `config`, e.g. budget and labels); `load_filter` rebuilds it."""
+    layer = game.filter_layer
+    os.makedirs(directory, exist_ok=True)
+    weights = layer.get_weights()
+    np.savez_compressed(os.path.join(directory, FILTER_WEIGHTS), *weights)
+    kind = "linear" if isinstance(layer, LinearFilter) else "mlp"
+    record = {"filter_type": kind, "latent_dim": layer.latent_dim, "num_private_classes": layer.num_private_classes,
+              "noise_dim": layer.noise_dim, "weights": [list(w.shape) for w in weights], **config}
+    with open(os.path.join(directory, FILTER_CONFIG), "w") as f:
+        json.dump(record, f, indent=2, sort_keys=True, default=str)
+    return directory
+
+
+def load_filter(directory: str):
+    """The filter layer saved by `save_filter` (call it as `layer(z, onehot(y))`)."""
+    with open(os.path.join(directory, FILTER_CONFIG)) as f:
+        record = json.load(f)
+    layer = build_filter(record["filter_type"], record["latent_dim"], record["num_private_classes"], record["noise_dim"])
+    with np.load(os.path.join(directory, FILTER_WEIGHTS)) as data:
+        layer.set_weights([data[f"arr_{i}"] for i in range(len(data.files))])
+    return layer

@@ -20,8 +20,9 @@ from tfpriv.metrics.mnist_classifier import classifier_outputs, compiled_classif
 
 
 def generate_samples(model, n: int, batch_size: int = 1000, num_classes: int | None = None,
-                     seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
-    """(images [n, 28, 28, 1] in [0, 1], labels [n] or None); conditional labels are balanced."""
+                     seed: int | None = 0) -> tuple[np.ndarray, np.ndarray | None]:
+    """(images [n, 28, 28, 1] in [0, 1], labels [n] or None); conditional labels are balanced.
+    seed None: latents and labels from the OS."""
     if n < 1:
         raise UsageError(f"--num_samples: must be >= 1, got {n}")
     num_classes = num_classes if num_classes is not None else getattr(model, "num_classes", None)
@@ -56,11 +57,12 @@ def sample_scores(classifier: tf.keras.Model, images: np.ndarray, reference_feat
 
 
 def downstream_accuracy(images: np.ndarray, labels: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                        epochs: int = 3, batch_size: int = 128, seed: int = 0) -> dict:
-    """Test accuracy on real data of a CNN trained on synthetic (images, labels) only."""
+                        epochs: int = 3, batch_size: int = 128, seed: int = 0, verbose: int = 0) -> dict:
+    """Test accuracy on real data of a CNN trained on synthetic (images, labels) only
+    (`verbose`: Keras progress of its training)."""
     model = compiled_classifier(len(images), epochs, batch_size, seed)
     start = time.time()
-    model.fit(images, labels, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=0)
+    model.fit(images, labels, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
     _, acc = model.evaluate(x_test, np.asarray(y_test), batch_size=1000, verbose=0)
     return {"downstream_accuracy": float(acc), "downstream_train_examples": int(len(images)),
             "downstream_epochs": epochs, "downstream_seconds": time.time() - start}

@@ -90,6 +90,13 @@ def cache_key(epochs: int, seed: int, max_train_examples: Optional[int]) -> str:
     return f"{MODEL_VERSION}_e{epochs}_n{n}_s{seed}"
 
 
+def cached_model_path(cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
+                      max_train_examples: Optional[int] = None) -> pathlib.Path:
+    """Where `get_mnist_classifier` keeps the model for these settings (it exists once trained)."""
+    root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
+    return root / cache_key(epochs, seed, max_train_examples) / "model.keras"
+
+
 def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> None:
     write_results(str(directory), {
         "model": "mnist_classifier", "dataset": "mnist", "aggregation": "none (non-private)",
@@ -113,9 +120,8 @@ def get_mnist_classifier(data_dir: str, cache_dir: Optional[str] = None, epochs:
         raise UsageError(f"epochs: must be >= 1, got {epochs}")
     if max_train_examples is not None and max_train_examples < 1:
         raise UsageError(f"max_train_examples: must be >= 1, got {max_train_examples}")
-    root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
-    directory = root / cache_key(epochs, seed, max_train_examples)
-    model_path = directory / "model.keras"
+    model_path = cached_model_path(cache_dir, epochs, seed, max_train_examples)
+    directory, root = model_path.parent, model_path.parent.parent
     if model_path.is_file():
         return tf.keras.models.load_model(model_path, compile=False)
     model, info = train_classifier(data_dir, epochs=epochs, seed=seed,

@@ -1,0 +1,222 @@
+"""The one sequence every training job runs: validate -> load -> build -> plan -> fit -> evaluate -> record.
+
+`TrainingRun.run()` is that sequence; a family fills in the steps (`validate`, `load`, `build`,
+`evaluate`, `record`, optionally `planned` and `callbacks`). Planning reads the ledger of the
+run folder (`read_ledger`), so a re-run resumes and its epsilon continues; `fit_private` writes
+privacy_plan.json, checkpoints and TensorBoard logs. `results.json` has the same keys for every
+family (`common_results`): `epochs` is the number of epochs completed, `planned_epochs` the
+number asked for, and `segments` lists every training segment of the folder (a re-run appends
+one: its steps, the epsilon after it, wall time and history) instead of overwriting the record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfpriv.errors import UsageError
+from tfpriv.privacy.config import DPConfig
+from tfpriv.training.results import write_results
+from tfpriv.training.runner import PrivacyPlan, fit_private, plan_privacy, read_ledger
+
+# Flags that only mean something for private training.
+PRIVATE_ONLY = ("epsilon", "max_epsilon", "noise_multiplier", "l2_norm_clip", "delta", "batch_clip", "max_batch_size")
+
+
+def check_privacy_flags(s) -> None:
+    """--epsilon with --noise_multiplier, or a DP-only flag with --aggregation=none, is an error."""
+    if "epsilon" in s.given and "noise_multiplier" in s.given:
+        raise UsageError("--noise_multiplier: cannot be combined with --epsilon, which calibrates the noise "
+                         "multiplier for the planned steps; give one of them")
+    if s.aggregation == "none":
+        for name in PRIVATE_ONLY:
+            if name in s.given:
+                raise UsageError(f"--{name}: only applies to private training, got --aggregation=none")
+
+
+def need(flag: str, ok: bool, rule: str, value) -> None:
+    """A settings check: `--flag: must be <rule>, got <value>`."""
+    if not ok:
+        raise UsageError(f"--{flag}: must be {rule}, got {value}")
+
+
+def progress(s, message: str) -> None:
+    """A progress line for long work (evaluations), printed when --verbose > 0."""
+    if s.verbose:
+        print(message, flush=True)
+
+
+@dataclasses.dataclass
+class Built:
+    """What a family hands to the shared fit: the model, its data and how it is privatized."""
+    model: Any  # a tfpriv DPModel
+    arrays: Any  # training data: an array or a tuple of arrays, one row per example
+    optimizer: Any  # an optimizer, or a tuple (GAN: critic, generator)
+    config: DPConfig
+    batch_size: int
+    epochs: int
+    sampling: str
+
+
+def checkpoint_position(train_dir: str) -> tuple[int, int]:
+    """(train steps, epochs) saved in the latest checkpoint of `train_dir` ((0, 0) if none)."""
+    latest = tf.train.latest_checkpoint(os.path.join(train_dir, "checkpoints"))
+    if latest is None:
+        return 0, 0
+    reader = tf.train.load_checkpoint(latest)
+    shapes = reader.get_variable_to_shape_map()
+
+    def value(key):
+        return int(reader.get_tensor(key)) if key in shapes else 0
+
+    return value("step_count/.ATTRIBUTES/VARIABLE_VALUE"), value("run/epoch/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def plan(s, built: Built, train_dir: str) -> PrivacyPlan:
+    """The privacy plan of `built` under the shared privacy settings, continuing the folder's ledger."""
+    private = built.config.private
+    return plan_privacy(built.config, built.model.term_spec(), _num_examples(built.arrays), built.batch_size,
+                        built.epochs, built.sampling, s.delta, s.epsilon if private else None,
+                        s.max_epsilon if private else None, history=read_ledger(train_dir))
+
+
+def train(built: Built, plan_: PrivacyPlan, train_dir: str, seed: int | None, verbose: int,
+          callbacks=()) -> dict:
+    """`fit_private` plus the record of this training segment (`fit["segment"]`)."""
+    start_step, start_epoch = checkpoint_position(train_dir)
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    fit = fit_private(built.model, built.arrays, plan_, built.optimizer, train_dir, seed=seed, verbose=verbose,
+                      extra_callbacks=list(callbacks))
+    fit["segment"] = {
+        "started": started, "start_step": start_step, "steps": fit["train_steps"] - start_step,
+        "start_epoch": start_epoch, "epochs_completed": fit["epochs_completed"], "epsilon": fit["epsilon"],
+        "train_seconds": fit["train_seconds"], "resumed": fit["resumed"], "budget_reached": fit["budget_reached"],
+        "history": fit["history"],
+    }
+    return fit
+
+
+def common_results(s, plan_: PrivacyPlan, fit: dict, metrics: dict) -> dict:
+    """The keys every family's results.json has (privacy plan, epsilon, steps, epochs, metrics)."""
+    return {
+        "model": s.model, "dataset": s.dataset, **plan_.summary(),
+        "epsilon": fit["epsilon"], "steps": fit["steps"], "train_steps": fit["train_steps"],
+        "epochs": fit["epochs_completed"], "planned_epochs": plan_.epochs, "planned_steps": plan_.planned_steps,
+        "resumed": fit["resumed"], "budget_reached": fit["budget_reached"], "seed": s.seed,
+        "metrics": metrics,
+    }
+
+
+def previous_segments(output_dir: str) -> list[dict]:
+    """The training segments recorded in `output_dir/results.json` by earlier runs."""
+    path = os.path.join(output_dir, "results.json")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if isinstance(record.get("segments"), list):
+        return record["segments"]
+    if "steps" in record:  # a record written before segments existed: one segment
+        return [{"steps": record.get("train_steps", record["steps"]), "epsilon": record.get("epsilon"),
+                 "epochs_completed": record.get("epochs"), "history": record.get("history", {})}]
+    return []
+
+
+def write_run_results(output_dir: str, results: dict, fit: dict) -> dict:
+    """Writes results.json with this run's segment appended to the folder's earlier segments
+    (a fresh run, not resumed from a checkpoint, starts a new list); `history` concatenates them."""
+    segment = fit["segment"]
+    segments = previous_segments(output_dir) if fit["resumed"] else []
+    if segment["steps"] > 0 or not segments:
+        segments = segments + [segment]
+    history: dict[str, list] = {}
+    for seg in segments:
+        for key, values in (seg.get("history") or {}).items():
+            history.setdefault(key, []).extend(values)
+    results = {**results, "segments": segments, "history": history}
+    write_results(output_dir, results)
+    return results
+
+
+class TrainingRun:
+    """The shared sequence of a training job; a family overrides the steps.
+
+    `run()`: check the privacy flags -> `validate()` -> `load()` -> `build(data)` -> plan (with
+    the ledger of `train_dir`) -> `planned(plan)` -> `fit_private` (writes privacy_plan.json,
+    checkpoints, logs) -> `evaluate()` -> results.json (`common_results` + `record()`).
+    After `build`, `self.data`, `self.built`, `self.plan` and `self.fit` hold what each step made.
+    """
+
+    train_subdir = ""  # fit_private's folder relative to the run folder (the filter: "stage1")
+
+    def __init__(self, settings, output_dir: str):
+        self.s = settings
+        self.output_dir = output_dir
+        self.data = self.built = self.plan = self.fit = None
+
+    @property
+    def train_dir(self) -> str:
+        return os.path.join(self.output_dir, self.train_subdir) if self.train_subdir else self.output_dir
+
+    # -- the family's steps ------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Every check that needs no data (raise UsageError naming the flag)."""
+
+    def load(self):
+        raise NotImplementedError
+
+    def build(self, data) -> Built:
+        raise NotImplementedError
+
+    def planned(self, plan_: PrivacyPlan) -> None:
+        """After planning, before anything is trained."""
+
+    def callbacks(self, plan_: PrivacyPlan) -> list:
+        return []
+
+    def sampling_seed(self) -> int | None:
+        return self.s.seed
+
+    def evaluate(self) -> dict:
+        return {}
+
+    def record(self) -> dict:
+        """Family-specific keys of results.json."""
+        return {}
+
+    # -- the sequence ------------------------------------------------------------------------------
+    def run(self) -> dict:
+        check_privacy_flags(self.s)
+        self.validate()
+        self.data = self.load()
+        self.built = self.build(self.data)
+        self.plan = plan(self.s, self.built, self.train_dir)
+        self.planned(self.plan)
+        self.fit = train(self.built, self.plan, self.train_dir, self.sampling_seed(), self.s.verbose,
+                         self.callbacks(self.plan))
+        metrics = self.evaluate()
+        results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
+        return write_run_results(self.output_dir, results, self.fit)
+
+
+def _num_examples(arrays) -> int:
+    first = arrays[0] if isinstance(arrays, (tuple, list)) else arrays
+    return len(first)
+
+
+def write_samples(output_dir: str, arrays: dict, images: np.ndarray | None, labels: np.ndarray | None = None,
+                  grid=None) -> dict:
+    """`--mode=sample` output of every family: samples.npz (`arrays`) and, for images, samples_grid.png."""
+    os.makedirs(output_dir, exist_ok=True)
+    npz = os.path.join(output_dir, "samples.npz")
+    np.savez_compressed(npz, **arrays)
+    out = {"samples": npz, "num_samples": int(len(next(iter(arrays.values()))))}
+    if images is not None and np.ndim(images) == 4 and grid is not None:
+        out["grid"] = grid(images, os.path.join(output_dir, "samples_grid.png"), labels)
+    return out
