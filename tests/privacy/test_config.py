@@ -45,20 +45,20 @@ def test_micro_with_batch_terms_refuses_without_a_batch_cap():
         cfg(aggregation="micro").sensitivity(True)
 
 
-@pytest.mark.parametrize("kw,flag", [
-    (dict(l2_norm_clip=0.0), "--l2_norm_clip"),
-    (dict(l2_norm_clip=-1.0), "--l2_norm_clip"),
-    (dict(l2_norm_clip=float("inf")), "--l2_norm_clip"),
-    (dict(noise_multiplier=-0.1), "--noise_multiplier"),
-    (dict(batch_clip=-1.0), "--batch_clip"),
-    (dict(num_partitions=65), "--num_partitions"),
-    (dict(num_partitions=-1), "--num_partitions"),
-    (dict(aggregation="mean"), "--aggregation"),
-    (dict(clipping="ghost"), "--clipping"),
-    (dict(max_batch_size=0), "--max_batch_size"),
+@pytest.mark.parametrize("kw,param", [
+    (dict(l2_norm_clip=0.0), "l2_norm_clip"),
+    (dict(l2_norm_clip=-1.0), "l2_norm_clip"),
+    (dict(l2_norm_clip=float("inf")), "l2_norm_clip"),
+    (dict(noise_multiplier=-0.1), "noise_multiplier"),
+    (dict(batch_clip=-1.0), "batch_clip"),
+    (dict(num_partitions=65), "num_partitions"),
+    (dict(num_partitions=-1), "num_partitions"),
+    (dict(aggregation="mean"), "aggregation"),
+    (dict(clipping="ghost"), "clipping"),
+    (dict(max_batch_size=0), "max_batch_size"),
 ])
-def test_invalid_settings_name_their_flag(kw, flag):
+def test_invalid_settings_name_their_parameter(kw, param):
     with pytest.raises(ConfigError) as err:
         cfg(**kw)
-    assert str(err.value).startswith(flag)
+    assert str(err.value).startswith(param + ": ") and err.value.param == param
     assert "\n" not in str(err.value)
