@@ -113,13 +113,34 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, capsys, monkeypatch):
                      "(same --output_dir) to resume"]
     assert out.is_dir()  # left for the resume
 
+    def interrupted_early(settings, output_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli_main.JOBS, "privae", dataclasses.replace(cli_main.JOBS["privae"], run=interrupted_early))
+    proc = train_py(f"--output_dir={tmp_path}/early", capsys=capsys)
+    assert proc.returncode == 130
+    assert error_lines(proc.stderr) == [f"interrupted before the first checkpoint in {tmp_path}/early; run the same "
+                                        "command again to start over"]
+
+
+def test_an_error_after_training_keeps_the_checkpoints(tmp_path, capsys, monkeypatch):
+    def fails_late(settings, output_dir):
+        os.makedirs(os.path.join(output_dir, "checkpoints"))
+        open(os.path.join(output_dir, "checkpoints", "checkpoint"), "w").close()
+        raise UsageError("images: expected values in [0, 1]")
+
+    monkeypatch.setitem(cli_main.JOBS, "privae", dataclasses.replace(cli_main.JOBS["privae"], run=fails_late))
+    out = tmp_path / "run"
+    assert_one_line_error(train_py(f"--output_dir={out}", capsys=capsys), "images: expected values")
+    assert (out / "checkpoints" / "checkpoint").is_file()
+
 
 def test_help_lists_tfprivs_flags_by_job(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli_main.parse_flags(["train.py", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    titles = ["shared flags (every model):", "--model=privae (= vae):", "--model=dpwgan_gp | dpgan:", "--model=filter:"]
+    titles = ["shared flags (every model):", "--model=privae | vae (", "--model=dpwgan_gp | dpgan (", "--model=filter ("]
     positions = [text.index(t) for t in titles]
     assert positions == sorted(positions)
     for flag in ("--model:", "--epsilon:", "--prior:", "--capacity:", "--vae_epochs:"):

@@ -30,12 +30,9 @@ JOB_LIST: tuple[Job, ...] = (privae_job.JOB, gan_job.JOB, filter_job.JOB)
 JOBS: dict[str, Job] = {name: job for job in JOB_LIST for name in job.names}
 
 HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true", "--helpshort=true")
-MODULE_TITLES = {
-    "tfpriv.cli.flags": "shared flags (every model)",
-    "tfpriv.cli.privae_job": "--model=privae (= vae)",
-    "tfpriv.gan.cli": "--model=dpwgan_gp | dpgan",
-    "tfpriv.filter.cli": "--model=filter",
-}
+# --help: the shared flags, then each job's own (a job's flags are defined in the module of its run()).
+HELP_SECTIONS = {"tfpriv.cli.flags": "shared flags (every model)",
+                 **{job.run.__module__: f"--model={' | '.join(job.names)} ({job.summary})" for job in JOB_LIST}}
 
 
 def job_for(model: str) -> Job:
@@ -119,15 +116,21 @@ def main(argv) -> None:
         existed = os.path.exists(output_dir)
         results = execute(job, settings, output_dir)
     except UsageError as exc:
-        fail(flag_message(exc, job), output_dir, existed)
+        fail(flag_message(exc, job), output_dir, existed, job)
     except KeyboardInterrupt:
         interrupted(job, output_dir)
     report(job, output_dir, results, FLAGS.mode)
 
 
-def fail(message: str, output_dir: str | None, existed: bool) -> None:
-    """One line on stderr, exit code 2; removes the output folder if this run created it."""
-    if output_dir and not existed:
+def has_checkpoints(job: Job | None, output_dir: str | None) -> bool:
+    checkpoints = os.path.join(output_dir, job.checkpoint_subdir) if output_dir and job else None
+    return bool(checkpoints) and os.path.isdir(checkpoints) and bool(os.listdir(checkpoints))
+
+
+def fail(message: str, output_dir: str | None, existed: bool, job: Job | None = None) -> None:
+    """One line on stderr, exit code 2; removes the output folder if this run created it (and
+    trained nothing into it yet)."""
+    if output_dir and not existed and not has_checkpoints(job, output_dir):
         shutil.rmtree(output_dir, ignore_errors=True)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -135,10 +138,10 @@ def fail(message: str, output_dir: str | None, existed: bool) -> None:
 
 def interrupted(job: Job | None, output_dir: str | None) -> None:
     """Ctrl-C: one line saying where the checkpoints are and how to resume; exit code 130."""
-    checkpoints = os.path.join(output_dir, job.checkpoint_subdir) if output_dir and job else None
-    if checkpoints and os.path.isdir(checkpoints) and os.listdir(checkpoints):
+    if has_checkpoints(job, output_dir):
+        checkpoints = os.path.join(output_dir, job.checkpoint_subdir)
         print(f"interrupted: checkpoints are in {checkpoints}; run the same command again "
-              f"(same --output_dir) to resume", file=sys.stderr)
+              "(same --output_dir) to resume", file=sys.stderr)
     elif output_dir:
         print(f"interrupted before the first checkpoint in {output_dir}; run the same command again "
               "to start over", file=sys.stderr)
@@ -152,10 +155,10 @@ def help_text() -> str:
     doc = (sys.modules["__main__"].__doc__ or "").strip() or "python train.py [flags]"
     parts = [doc, ""]
     modules = tfpriv_flag_modules(FLAGS)
-    for module in [m for m in MODULE_TITLES if m in modules] + [m for m in modules if m not in MODULE_TITLES]:
+    for module in [m for m in HELP_SECTIONS if m in modules] + [m for m in modules if m not in HELP_SECTIONS]:
         rendered = FLAGS.module_help(module).strip("\n").splitlines()
         if rendered:
-            parts.append(f"{MODULE_TITLES.get(module, module)}:")
+            parts.append(f"{HELP_SECTIONS.get(module, module)}:")
             parts.extend(rendered[1:])
             parts.append("")
     parts.append("Flag files: --flagfile=flags/NAME.cfg. Every flag, including absl's and TensorFlow's: --helpfull.")

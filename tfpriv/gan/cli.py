@@ -82,8 +82,7 @@ MODEL_DEFAULTS = {
     "dpgan": dict(critic_steps=5, batch_size=64, learning_rate=5e-5, l2_norm_clip=1.0, noise_multiplier=1.0,
                   epochs=20, clipping="fast"),
 }
-COMMON_DEFAULTS = dict(dataset="mnist", data_dir="../shared/data", aggregation="micro", sampling="poisson",
-                       num_samples=10000)
+COMMON_DEFAULTS = dict(dataset="mnist", aggregation="micro", num_samples=10000)
 
 
 def validate(s: GanSettings) -> None:
