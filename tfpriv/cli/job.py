@@ -118,8 +118,8 @@ def read_settings(job: Job, flag_values: flags.FlagValues = flags.FLAGS, model: 
         raise TypeError(f"{job.settings_type.__name__} has no fields {unknown}")
     for name in tfpriv_flags(flag_values):
         if name not in names and name not in CONTROL_FLAGS and user_set(flag_values, name):
-            own = [f"--{flag}" for param, flag in job.flag_names.items() if param == name]
-            hint = f"; use {' or '.join(own)}" if own else ""
+            own = job.flag_names.get(name)  # e.g. the filter's --vae_epochs for --epochs
+            hint = f"; use --{own}" if own else ""
             raise UsageError(f"--{name}: does not apply to --model={model}{hint}")
     defaults = {**job.defaults, **job.model_defaults.get(model, {})}
     given = set(values) | {n for n in names if user_set(flag_values, n)}
