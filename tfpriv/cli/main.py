@@ -165,7 +165,19 @@ def help_text() -> str:
     return "\n".join(parts)
 
 
+MAIN_JOB_FLAGFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_job.cfg")
+
+
+def with_main_job(argv: list[str]) -> list[str]:
+    """No flags at all: the main job's flag file (a private VAE on the bundled MNIST)."""
+    if len(argv) > 1:
+        return argv
+    print(f"no flags: running the main job ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
+    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}"]
+
+
 def parse_flags(argv):
+    argv = with_main_job(list(argv))
     args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     if any(a in HELP_FLAGS for a in args):
         print(help_text())
