@@ -96,7 +96,7 @@ def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
     try:
         return float(dp_accounting.calibrate_dp_mechanism(
             lambda: make_accountant(accountant), make_event, target_epsilon, delta,
-            dp_accounting.ExplicitBracketInterval(lower, upper), tol=1e-4))
+            dp_accounting.ExplicitBracketInterval(lower, upper), tol=1e-4 if accountant == "rdp" else 1e-3))
     except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
         raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
                           f"with q={q:g} over {steps} steps ({exc})") from None
