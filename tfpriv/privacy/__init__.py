@@ -5,7 +5,7 @@
 from tfpriv.privacy.accounting import PrivacyLedger, calibrate_noise, epsilon_for, max_steps_within
 from tfpriv.privacy.config import AGGREGATIONS, DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
-from tfpriv.privacy.layer_rules import LayerRule, register
+from tfpriv.privacy.rules import LayerRule, register
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 __all__ = [

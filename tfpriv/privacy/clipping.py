@@ -2,7 +2,7 @@
 
 Groups are either single examples (sample-wise terms, phi_i) or partitions of the batch
 (batch-wise terms, psi_j). `FastPass` gets them from layer rules (ghost norms and
-book-keeping, `layer_rules`); `VectorizedPass` from per-example Jacobians of the whole
+book-keeping, `rules/`); `VectorizedPass` from per-example Jacobians of the whole
 model; `tfpriv.privacy.per_example.PerExamplePass` from each example's loss differentiated
 alone under `tf.vectorized_map`. All expose the same operations the engine needs:
 
@@ -18,7 +18,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfpriv.privacy import layer_rules
+from tfpriv.privacy import rules
 from tfpriv.privacy.taps import TapRecorder
 from tfpriv.privacy.terms import BatchLayout
 
@@ -119,7 +119,7 @@ class FastPass:
             u, v = tap.rule.factors(tap, grads[k])
             us.append(tf.reshape(u, [self.batch_size, -1, u.shape[-1]]))
             vs.append(tf.reshape(v, [self.batch_size, -1, v.shape[-1]]))
-            if tap.layer.use_bias:
+            if tap.rule.bias(tap.layer) is not None:
                 rows = tap.rule.bias_rows(tap, grads[k])
                 rows = tf.reduce_sum(tf.reshape(rows, [self.batch_size, -1, rows.shape[-1]]), axis=1)
                 bias = rows if bias is None else bias + rows
@@ -149,7 +149,7 @@ class FastPass:
                 if all(raw[k] is None for k in ks):
                     continue
                 rule = self.recorder.taps[ks[0]].rule
-                if isinstance(rule, layer_rules.FactorRule):
+                if isinstance(rule, rules.FactorRule):
                     out[layer_id] = ("factor", self._layer_factors(layer_id, grads))
                 else:
                     out[layer_id] = ("dense", self._layer_per_example(layer_id, grads))
@@ -253,7 +253,7 @@ class FastPass:
             g_psi = self.g_psi[k] if use_psi else None
             if g_phi is None and g_psi is None:
                 continue
-            if isinstance(rule, layer_rules.FactorRule):
+            if isinstance(rule, rules.FactorRule):
                 g_w, alive = None, None
                 for g, coef in ((g_phi, c_phi), (g_psi, psi_example)):
                     if g is not None:
@@ -266,9 +266,9 @@ class FastPass:
                 # Rows of dropped examples may hold NaN/inf layer inputs: zero them, not 0 * inf.
                 u, v = _mask_rows(u, alive), _mask_rows(v, alive)
                 outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
-                add(tap.layer.kernel, rule.kernel_from_outer(tap.layer, outer))
-                if tap.layer.use_bias:
-                    add(tap.layer.bias, tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
+                add(rule.kernel(tap.layer), rule.kernel_from_outer(tap.layer, outer))
+                if rule.bias(tap.layer) is not None:
+                    add(rule.bias(tap.layer), tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
                 per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]

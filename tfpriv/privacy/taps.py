@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
-from tfpriv.privacy import layer_rules
+from tfpriv.privacy import rules
 
 Layer = tf.keras.layers.Layer
 
@@ -66,7 +66,7 @@ class TapRecorder:
         variables = list(variables)
         require_layer_owned(roots, variables)
         self.layers = leaf_layers(roots)
-        self.rules = {id(layer): layer_rules.rule_for(layer) for layer in self.layers}
+        self.rules = {id(layer): rules.rule_for(layer) for layer in self.layers}
         self.layer_vars: dict[int, list[tf.Variable]] = {}
         owner: dict[int, Layer] = {}
         for layer in self.layers:
@@ -75,14 +75,15 @@ class TapRecorder:
             rule_vars = rule.variables(layer)
             own = {id(v) for v in own_vars}
             if {id(v) for v in rule_vars} != own:
-                # e.g. a Dense subclass with extra weights: use the generic fallback.
-                self.rules[id(layer)] = rule = layer_rules.FALLBACK
-                rule_vars = rule.variables(layer)
+                raise ConfigError(
+                    f"DP engine: rule {rule.name!r} declares the variables {[v.name for v in rule_vars]} of layer "
+                    f"{layer.name}, which owns {[v.name for v in own_vars]}: a rule must declare exactly its layer's "
+                    "trainable variables (its supports() should refuse this layer)")
             self.layer_vars[id(layer)] = rule_vars
             for v in rule_vars:
                 owner[id(v)] = layer
         self.owner = owner
-        self.taps: list[layer_rules.Tap] = []
+        self.taps: list[rules.Tap] = []
         self._original_calls: dict[int, object] = {}
 
     def original_call(self, layer: Layer):
@@ -112,7 +113,7 @@ class TapRecorder:
             if args:
                 raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by the DP engine")
             out, tapped = rule.forward(layer, original, inputs, kwargs)
-            self.taps.append(layer_rules.Tap(layer, rule, inputs, tapped, kwargs))
+            self.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs))
             return out
 
         return call

@@ -1,0 +1,47 @@
+"""The per-layer fallback covers layers without a rule; a mis-declared rule fails loudly."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.privacy.rules.helpers import SPEC, check_rule
+from tfpriv.errors import ConfigError
+from tfpriv.privacy import rules
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.rules.dense import DenseRule
+
+
+class ScaledDense(tf.keras.layers.Dense):
+    """A Dense subclass with an extra trainable weight: DenseRule does not support it (exact type)."""
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.scale = self.add_weight(name="scale", shape=[], initializer="ones")
+
+    def call(self, inputs):
+        return super().call(inputs) * self.scale
+
+
+def test_layers_without_a_rule_use_the_per_layer_fallback():
+    x = np.random.default_rng(0).normal(size=[5, 4])
+    check_rule(tf.keras.layers.LayerNormalization(), x, "per_layer")
+    check_rule(ScaledDense(3), x, "per_layer")
+
+
+class _ClaimsAnyDense(DenseRule):
+    """Mis-declared on purpose: supports Dense subclasses but declares only kernel and bias."""
+
+    name = "claims_any_dense"
+
+    def supports(self, layer):
+        return isinstance(layer, tf.keras.layers.Dense)
+
+
+def test_a_misdeclared_rule_is_refused():
+    model = tf.keras.Sequential([tf.keras.Input([4]), ScaledDense(3)])
+    rules.register(_ClaimsAnyDense())
+    try:
+        with pytest.raises(ConfigError, match="claims_any_dense.*declares the variables"):
+            DPGradientEngine(DPConfig(aggregation="micro", expected_batch_size=4.0), model, SPEC)
+    finally:
+        rules.REGISTRY.pop(0)

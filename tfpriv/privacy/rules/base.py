@@ -1,0 +1,78 @@
+"""The contract every per-layer rule implements (one file per rule in this package).
+
+A rule says which layers it supports, which of the layer's variables it owns (`variables`:
+for a bilinear `FactorRule`, its `kernel(layer)` and `bias(layer)`), how to run the layer so
+the gradient at its output can be tapped (`forward`), and how to turn that gradient into
+per-row norms and weighted sums of exactly the variables it declares. `TapRecorder` refuses a
+layer whose trainable variables differ from what its rule declares (a mis-declared rule fails
+loudly); a layer no rule supports gets the per-layer fallback.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import tensorflow as tf
+
+Layer = tf.keras.layers.Layer
+
+
+@dataclasses.dataclass
+class Tap:
+    """One call of a tracked layer in the forward pass."""
+
+    layer: Layer
+    rule: "LayerRule"
+    inputs: tf.Tensor          # layer input (rows = k * batch size, example-major)
+    output: tf.Tensor          # the tensor gradients are taken at (pre-activation for factor rules)
+    call_kwargs: dict
+
+
+class LayerRule:
+    """Base class: how to run a layer so that its per-example gradients are recoverable."""
+
+    name = "base"
+
+    def supports(self, layer: Layer) -> bool:
+        raise NotImplementedError
+
+    def variables(self, layer: Layer) -> list[tf.Variable]:
+        return list(layer.trainable_weights)
+
+    def forward(self, layer: Layer, original_call: Callable, inputs: tf.Tensor, kwargs: dict) -> tuple[tf.Tensor, tf.Tensor]:
+        """Returns (layer output, tensor to differentiate at)."""
+        raise NotImplementedError
+
+
+class FactorRule(LayerRule):
+    """Layers whose kernel gradient is bilinear: sum over positions of U_t ⊗ V_t."""
+
+    def kernel(self, layer: Layer) -> tf.Variable:
+        """The variable whose gradient is sum_t U_t ⊗ V_t."""
+        return layer.kernel
+
+    def bias(self, layer: Layer) -> tf.Variable | None:
+        """The bias the rule owns, or None."""
+        return layer.bias if layer.use_bias else None
+
+    def variables(self, layer: Layer) -> list[tf.Variable]:
+        bias = self.bias(layer)
+        return [self.kernel(layer)] + ([bias] if bias is not None else [])
+
+    def factors(self, tap: Tap, grad: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(U [R, T, du], V [R, T, dv]) for rows R of this call; linear in `grad`."""
+        raise NotImplementedError
+
+    def kernel_from_outer(self, layer: Layer, outer: tf.Tensor) -> tf.Tensor:
+        """[..., du, dv] -> [..., *kernel.shape]."""
+        raise NotImplementedError
+
+    def bias_rows(self, tap: Tap, grad: tf.Tensor) -> tf.Tensor:
+        """Per-row bias gradient [R, n_bias]."""
+        raise NotImplementedError
+
+
+def activation_tail(layer: Layer, z: tf.Tensor, bias: tf.Variable | None) -> tf.Tensor:
+    """The rest of a Keras layer's call after its kernel product: the rule's bias, then the activation."""
+    out = tf.nn.bias_add(z, bias) if bias is not None else z
+    return layer.activation(out) if layer.activation is not None else out

@@ -1,0 +1,30 @@
+"""Conv2D: U = input patches at each output pixel, V = the output gradient there."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfpriv.privacy.rules.base import activation_tail
+from tfpriv.privacy.rules.conv import ConvRule, patches
+
+
+class Conv2DRule(ConvRule):
+    name = "conv2d"
+
+    def supports(self, layer):
+        return (type(layer) is tf.keras.layers.Conv2D and layer.data_format == "channels_last"
+                and layer.groups == 1 and layer.padding in ("same", "valid"))
+
+    def forward(self, layer, original_call, inputs, kwargs):
+        x = tf.cast(inputs, layer.compute_dtype)
+        if x.shape.rank != 4:
+            raise TypeError(f"{layer.name}: the DP engine's Conv2D rule needs rank-4 inputs, got {x.shape}")
+        z = layer.convolution_op(x, self.kernel(layer))
+        return activation_tail(layer, z, self.bias(layer)), z
+
+    def factors(self, tap, grad):
+        layer = tap.layer
+        rows = tf.shape(grad)[0]
+        u = patches(tf.cast(tap.inputs, grad.dtype), layer.kernel_size, layer.strides, layer.dilation_rate, layer.padding)
+        u = tf.reshape(u, [rows, -1, u.shape[-1]])
+        v = tf.reshape(grad, [rows, -1, layer.filters])
+        return u, v
