@@ -101,11 +101,11 @@ def test_pld_epsilon_equals_dp_accounting_and_is_tighter_than_rdp():
 
 def test_pld_calibration_and_budget_stop():
     from tfpriv.privacy.accounting import calibrate_noise, max_steps_within
-    z = calibrate_noise(2.0, 1e-5, 0.05, 40, accountant="pld")
-    assert 0.99 * 2.0 <= _independent_pld(0.05, z, 40, 1e-5) <= 2.0
-    assert z < calibrate_noise(2.0, 1e-5, 0.05, 40, accountant="rdp")   # less noise for the same epsilon
-    n = max_steps_within(1.0, 1e-5, 0.05, 2.0, accountant="pld")
-    assert _independent_pld(0.05, 2.0, n, 1e-5) <= 1.0 < _independent_pld(0.05, 2.0, n + 1, 1e-5)
+    z = calibrate_noise(0.5, 1e-5, 0.05, 40, accountant="pld")
+    assert 0.99 * 0.5 <= _independent_pld(0.05, z, 40, 1e-5) <= 0.5
+    assert z < calibrate_noise(0.5, 1e-5, 0.05, 40, accountant="rdp")   # less noise for the same epsilon
+    n = max_steps_within(0.5, 1e-5, 0.05, 3.0, accountant="pld")
+    assert _independent_pld(0.05, 3.0, n, 1e-5) <= 0.5 < _independent_pld(0.05, 3.0, n + 1, 1e-5)
 
 
 def test_unknown_accountant_is_refused():
