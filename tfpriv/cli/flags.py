@@ -35,6 +35,9 @@ flags.DEFINE_float("noise_multiplier", 3.5, "z: noise std over clip norm for eac
 flags.DEFINE_float("epsilon", None, "Target epsilon: calibrates the noise multiplier for the planned steps "
                    "(not with --noise_multiplier or --aggregation=none).")
 flags.DEFINE_float("delta", None, "delta; must be < 1/N. Default: the power of ten below min(1/N, 1e-5).")
+flags.DEFINE_string("accountant", "rdp", "How epsilon is computed from the same events: rdp (dp_accounting's RDP accountant) or "
+                    "pld (its privacy-loss-distribution accountant: a tighter epsilon, slower to calibrate). "
+                    "Calibration, --max_epsilon and results.json use it.")
 flags.DEFINE_float("max_epsilon", None, "Hard budget: training stops before a step would exceed it.")
 flags.DEFINE_integer("max_batch_size", None, "micro with batch-wise terms: batches above this are skipped (bounds the sensitivity).")
 flags.DEFINE_string("clipping", "fast", "fast (ghost norms, per-layer rules), per_example (vectorized_map over examples; "

@@ -55,6 +55,7 @@ class PrivateSettings(Settings):
     epsilon: float | None
     delta: float | None
     max_epsilon: float | None
+    accountant: str
     clipping: str
 
 

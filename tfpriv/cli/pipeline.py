@@ -25,7 +25,8 @@ from tfpriv.training.results import write_results
 from tfpriv.training.runner import PrivacyPlan, fit_private, plan_privacy, read_ledger
 
 # Flags that only mean something for private training.
-PRIVATE_ONLY = ("epsilon", "max_epsilon", "noise_multiplier", "l2_norm_clip", "delta", "batch_clip", "max_batch_size")
+PRIVATE_ONLY = ("epsilon", "max_epsilon", "noise_multiplier", "l2_norm_clip", "delta", "batch_clip", "max_batch_size",
+                "accountant")
 
 
 def check_privacy_flags(s) -> None:
@@ -82,7 +83,7 @@ def plan(s, built: Built, train_dir: str) -> PrivacyPlan:
     private = built.config.private
     return plan_privacy(built.config, built.model.term_spec(), _num_examples(built.arrays), built.batch_size,
                         built.epochs, built.sampling, s.delta, s.epsilon if private else None,
-                        s.max_epsilon if private else None, history=read_ledger(train_dir))
+                        s.max_epsilon if private else None, history=read_ledger(train_dir), accountant=s.accountant)
 
 
 def train(built: Built, plan_: PrivacyPlan, train_dir: str, seed: int | None, verbose: int,

@@ -24,7 +24,7 @@ from tfpriv.filter.architectures import build_vae_networks, make_lipschitz_decod
 from tfpriv.models.vae import VAE
 from tfpriv.privacy.config import DPConfig
 
-ACCOUNTANT_NOTE = "RDP (dp_accounting), Poisson-sampled Gaussian, add-or-remove-one adjacency"
+ADJACENCY_NOTE = "Poisson-sampled Gaussian, add-or-remove-one adjacency"
 
 
 @dataclasses.dataclass
@@ -45,12 +45,12 @@ def build_stage1_vae(dataset, latent_dim: int | None = None, beta: float = 1.0, 
 def plan_stage1_privacy(vae: VAE, dp: DPConfig, num_examples: int, batch_size: int, epochs: int,
                         sampling: str = "poisson", delta: float | None = None,
                         target_epsilon: float | None = None, max_epsilon: float | None = None,
-                        history=()):
+                        history=(), accountant: str = "rdp"):
     """The project's `plan_privacy` for the stage-1 VAE (its errors name `batch_size`, `epochs`, ...;
     the command line shows them as the filter's --vae_batch_size, --vae_epochs)."""
     from tfpriv.training.runner import plan_privacy
     return plan_privacy(dp, vae.term_spec(), num_examples, batch_size, epochs, sampling, delta,
-                        target_epsilon, max_epsilon, history)
+                        target_epsilon, max_epsilon, history, accountant)
 
 
 def privacy_record(vae: VAE, plan, fit: dict) -> dict | None:
@@ -59,7 +59,7 @@ def privacy_record(vae: VAE, plan, fit: dict) -> dict | None:
         return None
     return {**plan.summary(), "epsilon": fit["epsilon"], "steps": fit["steps"], "planned_steps": plan.planned_steps,
             "epochs_completed": fit["epochs_completed"], "resumed": fit["resumed"],
-            "budget_reached": fit["budget_reached"], "accountant": ACCOUNTANT_NOTE,
+            "budget_reached": fit["budget_reached"], "adjacency": ADJACENCY_NOTE,
             "ledger_segments": [list(s) for s in vae.ledger.segments()]}
 
 
