@@ -23,7 +23,7 @@ from absl import flags
 from tfpriv.errors import UsageError
 
 # Flags that choose what train.py does rather than configure a job.
-CONTROL_FLAGS = ("model", "mode", "output_dir")
+CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size")
 # Library parameters whose flag has another name in every job (a job's `flag_names` come first).
 COMMON_FLAG_NAMES = {"target_epsilon": "epsilon", "expected_batch_size": "batch_size", "sampling_rate": "batch_size",
                      "scaling": "feature_scaling"}
@@ -65,6 +65,8 @@ class Job:
     settings_type: type
     run: Callable[[Any, str], dict]
     sample: Callable[[Any, str], dict] | None = None
+    # The job's `tfpriv.cli.pipeline.TrainingRun` class (`--audit` builds its model without training it).
+    training_run: type | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Per --model value (e.g. dpgan vs dpwgan_gp); a callable default is computed from the other settings.
     model_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)

@@ -16,6 +16,7 @@ import sys
 
 from absl import app, flags
 
+from tfpriv.cli import audit as audit_job
 from tfpriv.cli import flags as common_flags
 from tfpriv.cli import privae_job
 from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
@@ -32,6 +33,7 @@ JOBS: dict[str, Job] = {name: job for job in JOB_LIST for name in job.names}
 HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true", "--helpshort=true")
 # --help: the shared flags, then each job's own (a job's flags are defined in the module of its run()).
 HELP_SECTIONS = {"tfpriv.cli.flags": "shared flags (every model)",
+                 "tfpriv.cli.audit": "--audit (sensitivity audit of the configured model instead of training)",
                  **{job.run.__module__: f"--model={' | '.join(job.names)} ({job.summary})" for job in JOB_LIST}}
 
 
@@ -69,6 +71,8 @@ def prepare(argv=None):
     if FLAGS.mode not in common_flags.MODES:
         raise UsageError(f"--mode: must be one of {', '.join(common_flags.MODES)}, got {FLAGS.mode!r}")
     settings = read_settings(job, FLAGS, model=FLAGS.model)
+    if FLAGS.audit and FLAGS.mode != "train":
+        raise UsageError(f"--audit: audits the model a training run would build; not with --mode={FLAGS.mode}")
     if FLAGS.mode == "sample":
         if job.sample is None:
             raise UsageError(f"--mode: sample is not supported for --model={FLAGS.model}; use --mode=train")
@@ -81,6 +85,8 @@ def prepare(argv=None):
 
 
 def execute(job: Job, settings, output_dir: str) -> dict:
+    if FLAGS.audit:
+        return audit_job.audit(job, settings, output_dir, FLAGS.audit_batch_size)
     if FLAGS.mode == "sample":
         return job.sample(settings, output_dir)
     return job.run(settings, output_dir)
@@ -119,6 +125,11 @@ def main(argv) -> None:
         fail(flag_message(exc, job), output_dir, existed, job)
     except KeyboardInterrupt:
         interrupted(job, output_dir)
+    if FLAGS.audit:
+        print(audit_job.report(output_dir, results))
+        if not results["passed"]:
+            sys.exit(1)
+        return
     report(job, output_dir, results, FLAGS.mode)
 
 
@@ -169,9 +180,12 @@ MAIN_JOB_FLAGFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ma
 
 
 def with_main_job(argv: list[str]) -> list[str]:
-    """No flags at all: the main job's flag file (a private VAE on the bundled MNIST)."""
-    if len(argv) > 1:
+    """No flags at all (or only --audit flags and --output_dir): the main job's flag file (a
+    private VAE on the bundled MNIST) first."""
+    if any(not a.startswith(("--audit", "--output_dir")) for a in argv[1:]):
         return argv
+    if len(argv) > 1:
+        return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *argv[1:]]
     print(f"no flags: running the main job ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
     return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}"]
 

@@ -192,12 +192,18 @@ class TrainingRun:
         return {}
 
     # -- the sequence ------------------------------------------------------------------------------
-    def run(self) -> dict:
+    def setup(self) -> PrivacyPlan:
+        """Everything before training (also what `--audit` needs): check the privacy flags ->
+        `validate()` -> `load()` -> `build(data)` -> plan (with the ledger of `train_dir`)."""
         check_privacy_flags(self.s)
         self.validate()
         self.data = self.load()
         self.built = self.build(self.data)
         self.plan = plan(self.s, self.built, self.train_dir)
+        return self.plan
+
+    def run(self) -> dict:
+        self.setup()
         self.planned(self.plan)
         self.fit = train(self.built, self.plan, self.train_dir, self.sampling_seed(), self.s.verbose,
                          self.callbacks(self.plan))

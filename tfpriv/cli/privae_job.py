@@ -191,6 +191,7 @@ def sample(settings: PriVAESettings, output_dir: str) -> dict:
 
 JOB = Job(
     names=("privae", "vae"), settings_type=PriVAESettings, run=run, sample=sample,
+    training_run=PriVAERun,
     defaults={"num_samples": 64},
     # VAE(num_samples=...) is --num_samples_L; the priors' parameters are --prior_*; the pinwheel's scale.
     flag_names={"num_samples": "num_samples_L", "gamma": "prior_gamma", "sigma0_sq": "prior_sigma0_sq",

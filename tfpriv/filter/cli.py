@@ -374,6 +374,7 @@ def _figures(output_dir, dataset, sweep, codes_test, run0, yte, stage1, ds):
 
 JOB = Job(
     names=("filter",), settings_type=FilterSettings, run=run, sample=None,
+    training_run=FilterRun,
     defaults={"dataset": "mnist", "aggregation": "none"},
     # plan_privacy / DPConfig name the stage-1 VAE's batch size, epochs and learning rate plainly.
     flag_names={"batch_size": "vae_batch_size", "epochs": "vae_epochs", "learning_rate": "vae_learning_rate",

@@ -92,6 +92,11 @@ class PrivateWGAN(DPModel):
     def build_extra(self, sample_batch) -> None:
         self.g_optimizer.build(self.generator.trainable_variables)
 
+    def audit_options(self) -> dict:
+        # The owner of an added example controls its image and label; its fake, latent and
+        # interpolation weight are the mechanism's draws (rows that stay with the example).
+        return {"adversary_keys": ("image", "label"), "num_classes": self.num_classes or 10, "graph": True}
+
     def loss_terms(self, inputs, layout: BatchLayout, training: bool = True) -> LossTerms:
         """The engine's loss: example i's terms from row i of image/fake/mix/label only."""
         return LossTerms(sample=self.critic_terms(inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]))

@@ -282,6 +282,7 @@ def sample(settings: GanSettings, output_dir: str) -> dict:
 
 JOB = Job(
     names=MODELS, settings_type=GanSettings, run=run, sample=sample,
+    training_run=GanRun,
     defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS,
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )

@@ -239,7 +239,7 @@ class FastPass:
                 self._quantities(which)  # cached outside the cond's branches
             return tf.cond(finite, lambda: grads, lambda: self.weighted(c_phi, c_psi))
         taps = self.recorder.taps
-        result: dict[int, tf.Tensor] = {}
+        result = {}  # id(variable) -> its weighted sum (no annotation: AutoGraph cannot convert one here)
 
         def add(var, value):
             result[id(var)] = value if id(var) not in result else result[id(var)] + value

@@ -72,6 +72,12 @@ class DPModel(tf.keras.Model):
         """Non-private work after each privatized update; returns logs (value or (value, weight))."""
         return {}
 
+    def audit_options(self) -> dict:
+        """Keyword arguments of `tfpriv.audit.audit_sensitivity` for this model: which inputs an
+        added example's owner controls (`adversary_keys`), `num_classes` of integer labels,
+        `graph` when the loss draws no random numbers. Default: every input, eager."""
+        return {}
+
     def step_logs(self, logs: dict) -> dict:
         """The logged metrics of one step from the engine's term means (default: terms + loss)."""
         spec = self.term_spec()

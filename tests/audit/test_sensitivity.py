@@ -1,0 +1,101 @@
+"""The sensitivity audit: ratio <= 1 on a representative subset of the sweep, leaky controls flagged."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.audit.coupling import CoupledRandomness
+from tfpriv.audit.sensitivity import TOLERANCE, audit_sensitivity
+from tfpriv.audit.sweep import Case, build_vae, digits_batch, run_case, with_declared_sensitivity
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.terms import BatchLayout
+
+FAST = dict(vae_hidden=(16,), scales=(1000.0,), ascent_steps=3, ascent_starts=1)
+
+
+@pytest.mark.parametrize("case", [
+    Case("vae", "micro", None, "sparse", "mmd"),              # the leaky control's batch, correctly accounted
+    Case("vae", "micro", None, "normal", "kl_pq", at_cap=True),
+    Case("vae", "batch", None, "normal", "mmd"),
+], ids=lambda c: c.name)
+def test_ratio_at_most_one(case):
+    result = run_case(case, **FAST)
+    assert result["max_sensitivity_ratio"] <= 1 + TOLERANCE, result["worst_neighbour"]
+    assert result["passed"]
+    # neighbours of every kind were evaluated and moved the sums
+    assert {"remove", "scaled", "random", "optimised"} <= set(result["max_ratio_by_kind"])
+    assert result["max_sensitivity_ratio"] > 0.05
+
+
+def test_singleton_partitions_reach_the_bound_exactly():
+    """Every group clipped: an added example moves each block by exactly its clip norm, sqrt(2) whitened."""
+    result = run_case(Case("vae", "termwise", 0, "normal", "kl_pq"), clips={"l2_norm_clip": 1e-3, "batch_clip": 1e-3},
+                      **FAST)
+    assert result["declared_sensitivity"] == pytest.approx(math.sqrt(2))
+    assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE)
+
+
+def test_make_private_added_example_moves_the_sum_by_c():
+    result = run_case(Case("make_private", "micro"), clips={"l2_norm_clip": 1e-3}, **FAST)
+    assert result["declared_sensitivity"] == 1.0
+    assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE)
+    assert "flipped" in result["max_ratio_by_kind"]
+
+
+def test_gan_critic_ratio_at_most_one():
+    result = run_case(Case("dpwgan_gp", "micro"), batch_size=4, scales=(1000.0,), ascent_steps=0)
+    assert result["clipping"] == "per_example"
+    assert result["max_sensitivity_ratio"] <= 1 + TOLERANCE
+
+
+def test_leaky_micro_step_is_flagged():
+    """micro with a batch-wise term but noise set for C (declared 1, not 2*B_max - 1)."""
+    result = run_case(Case("vae", "micro", None, "sparse", "mmd"),
+                      config_override=lambda c: with_declared_sensitivity(c, 1.0), **FAST)
+    assert result["declared_sensitivity"] == 1.0
+    assert result["max_batch_size"] == 9  # correctly accounted: 2 * 9 - 1 = 17 (test_ratio_at_most_one)
+    assert result["max_sensitivity_ratio"] > 1.5
+    assert not result["passed"]
+
+
+def test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity():
+    """b = 2 partitions of 4: the change stays within sqrt(5) (ratio <= 1) but exceeds sqrt(2): multi-example
+    partitions move by more than C2, so accounting them as singletons (one C2) would under-noise."""
+    result = run_case(Case("vae", "termwise", 2, "sparse", "mmd"), vae_hidden=(16,), scales=(10.0, 1000.0),
+                      ascent_steps=3, ascent_starts=1)
+    assert result["declared_sensitivity"] == pytest.approx(math.sqrt(5))
+    assert result["max_sensitivity_ratio"] <= 1 + TOLERANCE, result["worst_neighbour"]
+    assert {"remove", "scaled", "random", "optimised"} <= set(result["max_ratio_by_kind"])
+    assert result["max_whitened_change"] > math.sqrt(2)
+
+
+def test_coupling_keeps_untouched_partitions_prior_samples():
+    """With the audit's coupling, adding an example to partition 0 leaves partition 1's MMD term unchanged;
+    resetting one generator (the naive 'stream' reset) changes it."""
+    x, _ = digits_batch(9)
+    vae = build_vae("sparse", "mmd", x.shape[1:], hidden=(16,))
+    vae.loss_terms(tf.constant(x), BatchLayout.single(9), training=False)
+    ids = np.array([0, 1, 0, 1, 0, 1, 0, 1, 0])  # partition 0 holds 4 (largest after the addition: 5), 1 holds 4
+
+    def reg(coupling, n):
+        values = []
+        with coupling.installed():
+            for rows in (n - 1, n):
+                layout = BatchLayout(tf.constant(ids[:rows]), 2)
+                coupling.begin(layout)
+                values.append(vae.loss_terms(tf.constant(x[:rows]), layout).batch["reg"].numpy())
+        return values
+
+    before, after = reg(CoupledRandomness(vae, seed=3, mode="example"), 9)
+    np.testing.assert_allclose(after[1], before[1], rtol=1e-6)
+    assert abs(after[0] - before[0]) > 1e-3 * abs(before[0])
+    before, after = reg(CoupledRandomness(vae, seed=3, mode="stream"), 9)
+    assert abs(after[1] - before[1]) > 1e-3 * abs(before[1])
+
+
+def test_audit_refuses_non_private_config():
+    x, _ = digits_batch(4)
+    vae = build_vae("normal", "none", x.shape[1:], hidden=(4,))
+    with pytest.raises(Exception, match="no sensitivity"):
+        audit_sensitivity(vae, DPConfig(aggregation="none"), x)
