@@ -26,6 +26,22 @@ def test_sparse_mixture_matches_scipy_and_its_samples():
     assert np.var(s) == pytest.approx(0.24, rel=0.05)
 
 
+def test_sparse_mixture_spike_std_reading():
+    """sigma0_sq is the spike's variance: Mathieu et al.'s spike sd 0.05 is sigma0_sq = 0.0025."""
+    p = SparseMixture(2, gamma=0.8, sigma0_sq=0.05 ** 2)
+    assert p.spike_std == pytest.approx(0.05)
+    assert SparseMixture(2, sigma0_sq=0.05).spike_std == pytest.approx(math.sqrt(0.05))
+    z = np.array([[0.0, 0.07]], np.float32)
+    per_dim = np.log(0.2 * stats.norm.pdf(z) + 0.8 * stats.norm.pdf(z, scale=0.05))
+    np.testing.assert_allclose(p.log_prob(z).numpy(), per_dim.sum(1), rtol=1e-5)
+    s = p.sample(20000, seed=3).numpy().ravel()
+    # variance 0.2 * 1 + 0.8 * 0.0025 = 0.202 (0.24 under the variance-0.05 reading); 80% of draws
+    # come from the spike, so about 0.8 * P(|N(0, 0.05^2)| < 0.1) + 0.2 * P(|N(0,1)| < 0.1) = 0.78 are within 0.1
+    assert np.var(s) == pytest.approx(0.202, rel=0.05)
+    assert np.mean(np.abs(s) < 0.1) == pytest.approx(0.8 * 0.9545 + 0.2 * 0.0797, abs=0.015)
+    assert p.config()["sigma0_sq"] == pytest.approx(0.0025)
+
+
 def test_gaussian_mixture_density_and_samples():
     p = GaussianMixture(2, sigma=0.03)
     z = np.array([[0.0, 1.0], [0.5, 0.5]], np.float32)

@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy import stats
 
+from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
@@ -51,6 +53,24 @@ def test_reconstruction_term_is_the_negative_bernoulli_log_likelihood():
     assert float(terms.sample["rec"][0]) == pytest.approx(expected, rel=1e-4)
 
 
+def test_laplace_reconstruction_term_and_log_px_use_obs_scale():
+    tf.keras.utils.set_random_seed(0)
+    enc, dec = build_architecture("mlp", [6], 2)
+    vae = VAE(enc, dec, likelihood="laplace", obs_scale=0.1)
+    x = tf.constant(np.random.default_rng(3).random([2, 6]), tf.float32)
+    vae.rng.reset_from_seed(7)
+    terms = vae.loss_terms(x, BatchLayout.single(2))
+    vae.rng.reset_from_seed(7)
+    mean, logvar = vae.encode(x)
+    z = mean + tf.exp(0.5 * logvar) * vae.rng.normal([2, 1, 2])[:, 0]
+    loc = vae.decode_params(z).numpy()
+    expected = -stats.laplace.logpdf(x.numpy(), loc=loc, scale=0.1).sum(1)
+    np.testing.assert_allclose(terms.sample["rec"].numpy(), expected, rtol=1e-4)
+    np.testing.assert_allclose(vae.decode(z).numpy(), loc)  # the mean is the location
+    with pytest.raises(ConfigError, match="^obs_scale: "):
+        VAE(enc, dec, likelihood="laplace", obs_scale=0.0)
+
+
 PAIRS = list(itertools.product(["normal", "sparse", "mixture"], [None, "mmd", "kl_pq"]))
 
 
@@ -69,8 +89,9 @@ def test_every_mode_trains_every_prior_divergence_pair(prior, regularizer):
         assert set(vae.term_spec().batch) == ({"reg"} if regularizer else set())
 
 
-def test_save_and_load_keep_encode_decode_sample(tmp_path):
-    vae = small_vae("mixture", "kl_pq")
+@pytest.mark.parametrize("likelihood", ["bernoulli", "laplace"])
+def test_save_and_load_keep_encode_decode_sample(tmp_path, likelihood):
+    vae = small_vae("mixture", "kl_pq", likelihood=likelihood)
     x = tf.constant(np.random.default_rng(2).random([4, 6]), tf.float32)
     vae.loss_terms(x, BatchLayout.single(4))
     vae.save_vae(str(tmp_path / "vae"))
@@ -80,3 +101,4 @@ def test_save_and_load_keep_encode_decode_sample(tmp_path):
     np.testing.assert_allclose(loaded.decode(z).numpy(), vae.decode(z).numpy(), rtol=1e-6)
     assert loaded.sample(5, seed=0).shape == (5, 6)
     assert loaded.regularizer.name == "kl_pq" and loaded.prior.name == "mixture"
+    assert (loaded.likelihood, loaded.obs_scale) == (likelihood, vae.obs_scale)

@@ -35,11 +35,17 @@ flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
 flags.DEFINE_float("pinwheel_scale", PINWHEEL_SCALE,
                    "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius ~1). "
                    "A fixed constant of the generator, not computed from the data.")
-flags.DEFINE_string("likelihood", "auto", "p(x|z): auto, bernoulli (data in [0,1]) or gaussian.")
-flags.DEFINE_float("obs_std", 1.0, "Std of the Gaussian likelihood.")
+flags.DEFINE_string("likelihood", "auto", "p(x|z): auto (the dataset's), bernoulli (data in [0,1]), gaussian "
+                    "(--obs_std) or laplace (--obs_scale; Mathieu et al.'s Fashion-MNIST likelihood).")
+flags.DEFINE_float("obs_std", 1.0, "Std of the Gaussian likelihood (--likelihood=gaussian).")
+flags.DEFINE_float("obs_scale", 0.1, "Scale b of the Laplace likelihood (--likelihood=laplace; std = sqrt(2) b; "
+                   "0.1 in Mathieu et al.).")
 flags.DEFINE_float("prior_sigma", 0.03, "Component std of the mixture prior.")
 flags.DEFINE_float("prior_gamma", 0.8, "Spike weight gamma of the sparse prior.")
-flags.DEFINE_float("prior_sigma0_sq", 0.05, "Spike variance sigma0^2 of the sparse prior.")
+flags.DEFINE_float("prior_sigma0_sq", 0.05, "Spike VARIANCE sigma0^2 of the sparse prior (the term-wise paper's "
+                   "text: 0.05). Give it or --prior_sigma0, not both.")
+flags.DEFINE_float("prior_sigma0", None, "Spike STANDARD DEVIATION sigma0 of the sparse prior, instead of "
+                   "--prior_sigma0_sq (Mathieu et al.'s code: 0.05, i.e. sigma0^2 = 0.0025).")
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
 flags.DEFINE_integer("eval_importance_samples", 100, "K: importance samples for the test log-likelihood.")
 flags.DEFINE_integer("eval_examples", 2000, "Held-out examples used for metrics (0 = all).")
@@ -70,9 +76,11 @@ class PriVAESettings(PrivateSettings):
     pinwheel_scale: float
     likelihood: str
     obs_std: float
+    obs_scale: float
     prior_sigma: float
     prior_gamma: float
     prior_sigma0_sq: float
+    prior_sigma0: float | None
     optimizer: str
     eval_importance_samples: int
     eval_examples: int
@@ -87,6 +95,14 @@ class PriVAERun(pipeline.TrainingRun):
         need("learning_rate", s.learning_rate > 0, "> 0", s.learning_rate)
         need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
         parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
+        for flag, likelihood in (("obs_std", "gaussian"), ("obs_scale", "laplace")):
+            if flag in s.given and s.likelihood != likelihood:
+                raise UsageError(f"--{flag}: only applies to --likelihood={likelihood}, got --likelihood={s.likelihood}")
+        need("prior_sigma0", s.prior_sigma0 is None or s.prior_sigma0 > 0, "> 0", s.prior_sigma0)
+        if "prior_sigma0" in s.given and "prior_sigma0_sq" in s.given:
+            raise UsageError("--prior_sigma0: give the spike's std or --prior_sigma0_sq (its variance), not both")
+        if "prior_sigma0" in s.given and s.prior != "sparse":
+            raise UsageError(f"--prior_sigma0: only applies to --prior=sparse, got --prior={s.prior}")
         if s.dataset != "pinwheel" and "pinwheel_scale" in s.given:
             raise UsageError(f"--pinwheel_scale: only applies to --dataset=pinwheel, got --dataset={s.dataset}")
         # adult/abalone: public constants when the VAE is trained privately (train statistics are refused then)
@@ -130,7 +146,8 @@ class PriVAERun(pipeline.TrainingRun):
         s, vae = self.s, self.built.model
         out = {"feature_scaling": self.feature_scaling, "prior": s.prior, "regularizer": s.regularizer,
                "alpha": vae.alpha, "beta": vae.beta, "latent_dim": self.latent_dim, "num_samples_L": vae.num_samples,
-               "optimizer": s.optimizer, "learning_rate": s.learning_rate}
+               "optimizer": s.optimizer, "learning_rate": s.learning_rate, "prior_config": vae.prior.config(),
+               "likelihood": vae.likelihood, "obs_std": vae.obs_std, "obs_scale": vae.obs_scale}
         if self.data.name == "pinwheel":
             out.update(pinwheel_scale=float(s.pinwheel_scale), pinwheel_hidden=list(parse_hidden(s.pinwheel_hidden)),
                        num_parameters=int(vae.encoder.count_params() + vae.decoder.count_params()))
@@ -149,13 +166,14 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
     if s.prior == "mixture":
         kwargs["sigma"] = s.prior_sigma
     elif s.prior == "sparse":
-        kwargs.update(gamma=s.prior_gamma, sigma0_sq=s.prior_sigma0_sq)
+        sigma0_sq = s.prior_sigma0_sq if s.prior_sigma0 is None else s.prior_sigma0 ** 2
+        kwargs.update(gamma=s.prior_gamma, sigma0_sq=sigma0_sq)
     prior = make_prior(s.prior, latent_dim, **kwargs)
     regularizer = make_divergence(s.regularizer)
     encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=s.pinwheel_hidden)
     alpha = s.alpha if regularizer is not None else 0.0
     return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=s.beta, alpha=alpha,
-               regularizer=regularizer, num_samples=s.num_samples_L, obs_std=s.obs_std)
+               regularizer=regularizer, num_samples=s.num_samples_L, obs_std=s.obs_std, obs_scale=s.obs_scale)
 
 
 def _figures(s, vae: VAE, dataset, output_dir: str) -> None:

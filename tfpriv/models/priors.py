@@ -76,7 +76,12 @@ class StandardNormal(Prior):
 
 
 class SparseMixture(Prior):
-    """p(z) = prod_d (1 - gamma) N(z_d; 0, 1) + gamma N(z_d; 0, sigma0^2) (gamma=0.8, sigma0^2=0.05)."""
+    """p(z) = prod_d (1 - gamma) N(z_d; 0, 1) + gamma N(z_d; 0, sigma0^2).
+
+    `sigma0_sq` is the spike's VARIANCE. The term-wise paper writes sigma0^2 = 0.05 (the default);
+    Mathieu et al.'s code (`Sparse`, `alpha = 0.05` passed to `Normal` as its scale) uses 0.05 as
+    the spike's standard deviation, i.e. sigma0_sq = 0.0025 (docs/results/privae.md).
+    """
 
     name = "sparse"
 
@@ -97,8 +102,13 @@ class SparseMixture(Prior):
 
     def sample(self, n, seed=None, rng=None):
         spike = _uniform([n, self.latent_dim], seed, rng=rng) < self.gamma
-        std = tf.where(spike, math.sqrt(self.sigma0_sq), 1.0)
+        std = tf.where(spike, self.spike_std, 1.0)
         return _normal([n, self.latent_dim], seed, rng=rng) * std
+
+    @property
+    def spike_std(self) -> float:
+        """sigma0: standard deviation of the narrow ("off") component."""
+        return math.sqrt(self.sigma0_sq)
 
     def config(self):
         return {**super().config(), "gamma": self.gamma, "sigma0_sq": self.sigma0_sq}

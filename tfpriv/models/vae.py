@@ -21,12 +21,12 @@ import tensorflow as tf
 
 from tfpriv.errors import ConfigError
 from tfpriv.models.divergences import Divergence, divergence_from_config
+from tfpriv.models.likelihoods import get_likelihood, mean_of
 from tfpriv.models.priors import Prior, StandardNormal, prior_from_config
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
 
 LOG_2PI = math.log(2.0 * math.pi)
-LIKELIHOODS = ("bernoulli", "gaussian")
 
 ExtraTerm = Callable[["VAE", tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -36,9 +36,10 @@ class VAE(DPModel):
 
     Args:
       encoder: x -> [B, 2D] (posterior mean ‖ log-variance).
-      decoder: z [N, D] -> logits ("bernoulli") or means ("gaussian") shaped like x.
+      decoder: z [N, D] -> logits ("bernoulli") or locations ("gaussian", "laplace") shaped like x.
       prior: p(z); standard normal by default.
-      likelihood: "bernoulli" for data in [0, 1], "gaussian" (fixed std `obs_std`) otherwise.
+      likelihood: "bernoulli" (data in [0, 1]), "gaussian" (fixed std `obs_std`) or "laplace"
+        (fixed scale `obs_scale`); see `tfpriv.models.likelihoods`.
       beta: weight of the per-example KL term.
       alpha: weight of the batch-wise divergence (psi = alpha * D).
       regularizer: the divergence D(q(z), p(z)), or None.
@@ -49,16 +50,17 @@ class VAE(DPModel):
     def __init__(self, encoder: tf.keras.Model, decoder: tf.keras.Model, prior: Prior | None = None,
                  likelihood: str = "bernoulli", beta: float = 1.0, alpha: float = 0.0,
                  regularizer: Divergence | None = None, num_samples: int = 1, obs_std: float = 1.0,
+                 obs_scale: float = 0.1,
                  extra_sample_terms: Mapping[str, ExtraTerm] | None = None, name: str = "vae", **kwargs):
         super().__init__(name=name, **kwargs)
-        if likelihood not in LIKELIHOODS:
-            raise ConfigError(f"likelihood: must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
+        self._log_px = get_likelihood(likelihood)
         if num_samples < 1:
             raise ConfigError(f"num_samples: must be >= 1, got {num_samples}")
         if beta < 0 or alpha < 0:
             raise ConfigError(f"{'beta' if beta < 0 else 'alpha'}: must be >= 0, got beta={beta}, alpha={alpha}")
-        if not obs_std > 0:
-            raise ConfigError(f"obs_std: must be > 0, got {obs_std}")
+        for param, value in (("obs_std", obs_std), ("obs_scale", obs_scale)):
+            if not value > 0:
+                raise ConfigError(f"{param}: must be > 0, got {value}")
         self.encoder, self.decoder = encoder, decoder
         self.latent_dim = int(encoder.output_shape[-1]) // 2
         self.prior = prior or StandardNormal(self.latent_dim)
@@ -66,7 +68,7 @@ class VAE(DPModel):
             raise ConfigError(f"latent_dim: prior has {self.prior.latent_dim} dimensions, encoder gives {self.latent_dim}")
         self.likelihood, self.beta, self.alpha = likelihood, float(beta), float(alpha)
         self.regularizer = regularizer if alpha > 0 else None
-        self.num_samples, self.obs_std = int(num_samples), float(obs_std)
+        self.num_samples, self.obs_std, self.obs_scale = int(num_samples), float(obs_std), float(obs_scale)
         self.extra_sample_terms = dict(extra_sample_terms or {})
 
     # -- the model's pieces -------------------------------------------------------------------
@@ -76,13 +78,12 @@ class VAE(DPModel):
         return mean, logvar
 
     def decode_params(self, z, training: bool = False) -> tf.Tensor:
-        """Logits (Bernoulli) or means (Gaussian) of p(x|z)."""
+        """Logits (Bernoulli) or locations (Gaussian, Laplace) of p(x|z)."""
         return self.decoder(z, training=training)
 
     def decode(self, z, training: bool = False) -> tf.Tensor:
         """Mean of p(x|z)."""
-        out = self.decode_params(z, training)
-        return tf.sigmoid(out) if self.likelihood == "bernoulli" else out
+        return mean_of(self.likelihood, self.decode_params(z, training))
 
     def sample(self, n: int, seed: int | None = None) -> tf.Tensor:
         return self.decode(self.prior.sample(n, seed))
@@ -93,13 +94,8 @@ class VAE(DPModel):
 
     def log_px_given_z(self, x, params, data_ndim: int) -> tf.Tensor:
         """log p(x|z) summed over the last `data_ndim` (data) axes; x broadcasts against params."""
-        axes = list(range(-data_ndim, 0))
-        if self.likelihood == "bernoulli":
-            ll = -tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.broadcast_to(x, tf.shape(params)), logits=params)
-        else:
-            var = self.obs_std ** 2
-            ll = -0.5 * (LOG_2PI + math.log(var) + tf.square(x - params) / var)
-        return tf.reduce_sum(ll, axis=axes)
+        scale = self.obs_std if self.likelihood == "gaussian" else self.obs_scale
+        return tf.reduce_sum(self._log_px(x, params, scale), axis=list(range(-data_ndim, 0)))
 
     # -- loss terms for the DP engine -------------------------------------------------------------
     def term_spec(self) -> TermSpec:
@@ -140,6 +136,7 @@ class VAE(DPModel):
             "regularizer": self.regularizer.config() if self.regularizer is not None else None,
             "num_samples": self.num_samples,
             "obs_std": self.obs_std,
+            "obs_scale": self.obs_scale,
         }
 
     def save_vae(self, path: str) -> None:
@@ -159,4 +156,5 @@ def load_vae(path: str) -> VAE:
     decoder = tf.keras.models.load_model(os.path.join(path, "decoder.keras"), compile=False)
     return VAE(encoder, decoder, prior=prior_from_config(config["prior"]), likelihood=config["likelihood"],
                beta=config["beta"], alpha=config["alpha"], regularizer=divergence_from_config(config["regularizer"]),
-               num_samples=config["num_samples"], obs_std=config["obs_std"])
+               num_samples=config["num_samples"], obs_std=config["obs_std"],
+               obs_scale=config.get("obs_scale", 0.1))  # saved before the Laplace likelihood existed
