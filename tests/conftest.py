@@ -7,6 +7,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import HealthCheck, settings
+
+# Property tests are deterministic and have no deadline (TF calls vary in time): the same examples
+# on every run, no example database written into the checkout. Tests set their own max_examples.
+settings.register_profile("tfpriv", derandomize=True, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.load_profile("tfpriv")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 

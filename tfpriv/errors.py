@@ -33,4 +33,12 @@ class ConfigError(UsageError):
 
 
 class DataError(UsageError):
-    """A data file is missing, unreadable or fails its checksum."""
+    """A data file is missing, unreadable, malformed or fails its checksum.
+
+    Its parameter is `data_dir` unless the error names another one: a message naming only the
+    file (`"<path>: md5 mismatch ..."`) is shown on the command line as `--data_dir: <path>: ...`.
+    """
+
+    @property
+    def param(self) -> str | None:
+        return super().param or "data_dir"

@@ -45,6 +45,26 @@ def test_bad_input_is_one_line_exit_2_and_no_output_dir(tmp_path, capsys, args, 
     assert_one_line_error(proc, flag, out)
 
 
+def test_a_corrupt_data_file_is_one_line_naming_data_dir_and_the_file(tmp_path, capsys, data_dir):
+    (tmp_path / "data/abalone").mkdir(parents=True)
+    target = tmp_path / "data/abalone/abalone.data"
+    target.write_bytes((data_dir / "abalone/abalone.data").read_bytes()[:-100])  # truncated
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/run", *FAST, "--dataset=abalone",
+                                          f"--data_dir={tmp_path}/data", capsys=capsys), "--data_dir", tmp_path / "run")
+    assert line.startswith(f"error: --data_dir: {target}: md5 mismatch (got ")
+    (tmp_path / "data/mnist").mkdir()
+    target = tmp_path / "data/mnist/train-images-idx3-ubyte.gz"
+    target.write_bytes(b"\x1f\x8b\x08")  # a truncated gzip
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/run", *FAST, "--dataset=mnist",
+                                          f"--data_dir={tmp_path}/data", capsys=capsys), "--data_dir", tmp_path / "run")
+    assert line == f"error: --data_dir: {tmp_path}/data has no mnist/train-labels-idx1-ubyte.gz"  # a partial copy
+    for name in ("train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (tmp_path / "data/mnist" / name).symlink_to(data_dir / "mnist" / name)
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/run", *FAST, "--dataset=mnist",
+                                          f"--data_dir={tmp_path}/data", capsys=capsys), "--data_dir", tmp_path / "run")
+    assert line.startswith(f"error: --data_dir: {target}: md5 mismatch (got ")
+
+
 def test_epsilon_with_noise_multiplier_or_without_privacy_is_an_error(tmp_path, capsys, data_dir):
     out = tmp_path / "run"
     line = assert_one_line_error(train_py(f"--output_dir={out}", "--epsilon=3", "--noise_multiplier=1", capsys=capsys),

@@ -93,6 +93,8 @@ def _read_split(root: pathlib.Path, name: str, split: str) -> tuple[np.ndarray, 
     if _magic(labels) != LABEL_MAGIC or labels.shape != (images.shape[0],):
         n = images.shape[0]
         raise DataError(f"{root / label_rel}: expected {n} labels, got shape {labels.shape}")
+    if labels.size and labels.max() > 9:
+        raise DataError(f"{root / label_rel}: label values must be 0..9, got {labels.max()}")
     return images, labels
 
 

@@ -166,7 +166,21 @@ def _read_records(path: pathlib.Path, num_fields: int) -> list[list[str]]:
         if len(fields) != num_fields:
             raise DataError(f"{path}:{lineno}: expected {num_fields} fields, got {len(fields)}")
         records.append(fields)
+    if not records:
+        raise DataError(f"{path}: no records")
     return records
+
+
+def _finite(values: list[str], where: str) -> np.ndarray:
+    """`values` as a float64 column [N,1]; DataError naming `where` for text or NaN/inf."""
+    try:
+        column = np.array(values, dtype=np.float64).reshape(-1, 1)
+    except ValueError as exc:
+        raise DataError(f"{where} is not numeric ({exc})") from None
+    bad = ~np.isfinite(column[:, 0])
+    if bad.any():
+        raise DataError(f"{where} has a non-finite value {values[int(np.argmax(bad))]!r}")
+    return column
 
 
 def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,6 +194,8 @@ def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.nd
 def _adult_split(path: pathlib.Path) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
     """Columns (as string lists) of the complete records, and the label vectors."""
     records = [r for r in _read_records(path, len(ADULT_COLUMNS)) if "?" not in r]
+    if not records:
+        raise DataError(f"{path}: no complete records (every record has a '?')")
     columns = {name: [r[i] for r in records] for i, name in enumerate(ADULT_COLUMNS)}
     try:
         gender = np.array([_SEX[v] for v in columns["sex"]], dtype=np.int64)
@@ -220,11 +236,8 @@ def adult_features(
         if name in ADULT_DROPPED or name in ADULT_LABEL_COLUMNS:
             continue
         if name in ADULT_CONTINUOUS:
-            try:
-                tr = np.array(train_cols[name], dtype=np.float64).reshape(-1, 1)
-                te = np.array(test_cols[name], dtype=np.float64).reshape(-1, 1)
-            except ValueError as exc:
-                raise DataError(f"{where}: column {name!r} is not numeric ({exc})") from None
+            tr = _finite(train_cols[name], f"{where}: train column {name!r}")
+            te = _finite(test_cols[name], f"{where}: test column {name!r}")
             if scaling == "public":
                 tr, te = _public_continuous(name, tr), _public_continuous(name, te)
             else:
@@ -289,12 +302,18 @@ def abalone_table(data_dir: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, 
     """All 4177 records: (features [N,7] float64, sex [N] int64 M/F/I -> 0/1/2, rings [N])."""
     path = checksums.verified_file(data_dir, "abalone/abalone.data")
     records = _read_records(path, len(ABALONE_COLUMNS))
+    bad_sex = [r[0] for r in records if r[0] not in ABALONE_SEX]
+    if bad_sex:
+        raise DataError(f"{path}: sex {bad_sex[0]!r} is not one of {', '.join(ABALONE_SEX)}")
+    sex = np.array([ABALONE_SEX[r[0]] for r in records], dtype=np.int64)
+    features = np.concatenate([_finite([r[j] for r in records], f"{path}: column {ABALONE_COLUMNS[j]!r}")
+                               for j in range(1, 8)], axis=1)
     try:
-        sex = np.array([ABALONE_SEX[r[0]] for r in records], dtype=np.int64)
-        features = np.array([r[1:8] for r in records], dtype=np.float64)
         rings = np.array([int(r[8]) for r in records], dtype=np.int64)
-    except (KeyError, ValueError) as exc:
-        raise DataError(f"{path}: malformed record ({exc})") from None
+    except ValueError as exc:
+        raise DataError(f"{path}: column 'rings' is not an integer ({exc})") from None
+    if rings.min() < 1:
+        raise DataError(f"{path}: column 'rings' must be >= 1 (a ring count), got {rings.min()}")
     return features, sex, rings
 
 
@@ -332,6 +351,9 @@ def load_abalone(data_dir: str | os.PathLike | None, *, seed: int = 0, scaling: 
     features, sex, rings = abalone_table(root)
     train, test = abalone_split(sex, rings)
     x_train, x_test = abalone_features(features[train], features[test], scaling)
+    if scaling == "public" and rings.max() > ABALONE_PUBLISHED_MAX_RINGS:
+        raise DataError(f"{root / 'abalone/abalone.data'}: rings {rings.max()} above the published maximum "
+                        f"{ABALONE_PUBLISHED_MAX_RINGS} that public scaling sizes the ring classes by")
     num_rings = ABALONE_PUBLISHED_MAX_RINGS + 1 if scaling == "public" else int(rings.max()) + 1
 
     def labels(idx: np.ndarray) -> dict[str, np.ndarray]:

@@ -145,7 +145,7 @@ def load_info(cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, see
     root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     path = root / cache_key(epochs, seed, max_train_examples) / "info.json"
     if not path.is_file():
-        raise DataError(f"{path}: no cached MNIST classifier for these settings")
+        raise DataError(f"{path}: no cached MNIST classifier for these settings", param="cache_dir")
     return json.loads(path.read_text())
 
 
