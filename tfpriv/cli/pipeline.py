@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import UsageError
+from tfpriv.export import export_run
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import write_results
 from tfpriv.training.runner import PrivacyPlan, fit_private, plan_privacy, read_ledger
@@ -209,6 +210,7 @@ class TrainingRun:
                          self.callbacks(self.plan))
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
+        results["saved_model"] = export_run(self.output_dir)  # OUTPUT_DIR/saved_model: serving signatures
         return write_run_results(self.output_dir, results, self.fit)
 
 

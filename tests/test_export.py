@@ -1,0 +1,160 @@
+"""`OUTPUT_DIR/saved_model`: written by every training run (listed in results.json), served by
+`tf.saved_model.load` in a fresh process that never imports tfpriv with the same outputs as the
+in-process model, and replaced atomically."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import tfpriv
+from tests.test_trained import tiny_filter_run, tiny_generator_run
+from tfpriv.cli import privae_job
+from tfpriv.cli.job import read_settings
+from tfpriv.export import SAVED_MODEL_DIR, save_serving
+from tfpriv.models.vae import VAE
+
+FLAGS = flags.FLAGS
+SEED = np.int64(11)
+
+# Runs in a fresh interpreter: TensorFlow only. Serves every case of cases.json, writes outputs.npz.
+SERVE = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+
+cases, loaded, out = json.load(open(sys.argv[1])), {}, {}
+for key, case in cases.items():
+    inputs = {k: tf.constant(v) for k, v in np.load(case["inputs"]).items()}
+    if "saved_model" in case:
+        if case["saved_model"] not in loaded:
+            loaded[case["saved_model"]] = tf.saved_model.load(case["saved_model"])
+        result = loaded[case["saved_model"]].signatures[case["signature"]](**inputs)
+        out.update({f"{key}/{name}": value.numpy() for name, value in result.items()})
+    else:  # a Keras part, with the standard Keras call
+        model = tf.keras.models.load_model(case["keras"], compile=False)
+        args = [inputs[name] for name in case["args"]]
+        out[key] = model(args if len(args) > 1 else args[0]).numpy()
+np.savez(sys.argv[2], **out)
+assert "tfpriv" not in sys.modules, sorted(m for m in sys.modules if m.startswith("tfpriv"))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _parsed():
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+
+
+@pytest.fixture(scope="module")
+def privae_run(tmp_path_factory):
+    """A tiny PriVAE run on the bundled digits through the shared run sequence (train.py's)."""
+    out = str(tmp_path_factory.mktemp("privae") / "run")
+    settings = read_settings(privae_job.JOB, FLAGS, dataset="digits", aggregation="none", num_partitions=1, epochs=1,
+                             batch_size=512, seed=0, verbose=0, eval_importance_samples=2, eval_examples=20)
+    run = privae_job.PriVAERun(settings, out)
+    return run, run.run()
+
+
+def test_every_run_exports_a_saved_model_listed_in_results(privae_run):
+    run, results = privae_run
+    stored = json.load(open(os.path.join(run.output_dir, "results.json")))
+    assert stored["saved_model"] == results["saved_model"]
+    assert stored["saved_model"]["path"] == os.path.join(run.output_dir, SAVED_MODEL_DIR)
+    assert stored["saved_model"]["signatures"] == {
+        "decode": {"inputs": {"z": "float32[None, 8]"}, "outputs": ["x"]},
+        "encode": {"inputs": {"x": "float32[None, 8, 8, 1]"}, "outputs": ["logvar", "mean"]},
+        "sample": {"inputs": {"n": "int32[]", "seed": "int64[]"}, "outputs": ["x"]}}
+    assert tf.saved_model.contains_saved_model(stored["saved_model"]["path"])
+    assert not [name for name in os.listdir(run.output_dir) if name.startswith(".")]  # no temporary folders
+
+
+def test_load_gives_the_trained_vae_of_a_run(privae_run):
+    run, _ = privae_run
+    trained, loaded = run.built.model, tfpriv.load(run.output_dir)
+    assert isinstance(loaded, VAE) and loaded.prior.config() == trained.prior.config()
+    x = run.data.x_test[:5]
+    for a, b in zip(loaded.encode(x), trained.encode(x)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    z = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.decode(z).numpy(), trained.decode(z).numpy())
+    np.testing.assert_array_equal(loaded.sample(6, seed=3).numpy(), trained.sample(6, seed=3).numpy())
+
+
+def _case(tmp_path, key, inputs, **case):
+    path = str(tmp_path / f"{key}.npz")
+    np.savez(path, **inputs)
+    return {**case, "inputs": path}
+
+
+def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae_run):
+    run, results = privae_run
+    vae, vae_export = run.built.model, results["saved_model"]["path"]
+    x = run.data.x_test[:5].astype(np.float32)
+    z = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    generator = tiny_generator_run(tmp_path / "gan", num_classes=10)
+    filt = tiny_filter_run(str(tmp_path / "filter"))
+    gan_export, filter_export = str(tmp_path / "gan" / "sm"), str(tmp_path / "filter" / "sm")
+    assert sorted(save_serving(tfpriv.load(str(tmp_path / "gan")), gan_export)) == ["sample"]
+    assert sorted(save_serving(tfpriv.load(str(tmp_path / "filter")), filter_export)) == [
+        "decode", "encode", "privatize_x", "privatize_z"]
+    labels = np.array([3, 1, 4, 1, 5], np.int32)
+    fx, fy = np.random.default_rng(2).random((5, 6)).astype(np.float32), np.array([0, 1, 1, 0, 1], np.int32)
+    latent = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
+    n = np.int32(5)
+    cases = {
+        "vae_sample": _case(tmp_path, "vae_sample", {"n": n, "seed": SEED}, saved_model=vae_export, signature="sample"),
+        "vae_encode": _case(tmp_path, "vae_encode", {"x": x}, saved_model=vae_export, signature="encode"),
+        "vae_decode": _case(tmp_path, "vae_decode", {"z": z}, saved_model=vae_export, signature="decode"),
+        "encoder": _case(tmp_path, "encoder", {"x": x}, keras=os.path.join(run.output_dir, "vae", "encoder.keras"),
+                         args=["x"]),
+        "decoder": _case(tmp_path, "decoder", {"z": z}, keras=os.path.join(run.output_dir, "vae", "decoder.keras"),
+                         args=["z"]),
+        "gan_sample": _case(tmp_path, "gan_sample", {"n": n, "seed": SEED, "labels": labels}, saved_model=gan_export,
+                            signature="sample"),
+        "generator": _case(tmp_path, "generator", {"latent": latent, "labels": labels},
+                           keras=str(tmp_path / "gan" / "generator.keras"), args=["latent", "labels"]),
+        "privatize_x": _case(tmp_path, "privatize_x", {"x": fx, "y_private": fy, "seed": SEED},
+                             saved_model=filter_export, signature="privatize_x"),
+        "privatize_z": _case(tmp_path, "privatize_z", {"z": fx[:, :3], "y_private": fy, "seed": SEED},
+                             saved_model=filter_export, signature="privatize_z"),
+    }
+    json.dump(cases, open(tmp_path / "cases.json", "w"))
+    proc = subprocess.run([sys.executable, "-c", SERVE, str(tmp_path / "cases.json"), str(tmp_path / "out.npz")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served = dict(np.load(tmp_path / "out.npz"))
+    mean, logvar = vae.encode(x)
+    expected = {
+        "vae_sample/x": vae.sample(5, seed=int(SEED)), "vae_encode/mean": mean, "vae_encode/logvar": logvar,
+        "vae_decode/x": vae.decode(z), "encoder": vae.encoder(x), "decoder": vae.decoder(z),
+        "gan_sample/x": generator.sample(5, SEED, labels), "generator": generator.generator([latent, labels]),
+        "privatize_x/z": filt.privatize_x(fx, fy, SEED), "privatize_z/z": filt.privatize_z(fx[:, :3], fy, SEED),
+    }
+    assert sorted(served) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_allclose(served[key], value.numpy(), rtol=1e-6, atol=1e-6, err_msg=key)
+
+
+def test_an_export_is_replaced_atomically(tmp_path, monkeypatch):
+    model = tiny_generator_run(tmp_path / "gan", num_classes=None)
+    path = str(tmp_path / "gan" / SAVED_MODEL_DIR)
+    save_serving(model, path)
+    save_serving(model, path)  # over an existing export
+    first = tf.saved_model.load(path).signatures["sample"](n=tf.constant(2), seed=tf.constant(SEED))["x"].numpy()
+
+    def crash(*args, **kwargs):
+        os.makedirs(os.path.join(args[1], "variables"))  # half-written, then fails
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.saved_model, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_serving(model, path)
+    assert not [name for name in os.listdir(tmp_path / "gan") if name.startswith(".")]
+    kept = tf.saved_model.load(path).signatures["sample"](n=tf.constant(2), seed=tf.constant(SEED))["x"].numpy()
+    np.testing.assert_array_equal(kept, first)  # the previous export is intact
