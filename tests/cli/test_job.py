@@ -6,7 +6,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 from tfpriv.cli import main as cli_main
-from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flags
+from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings, tfpriv_flags
 from tfpriv.cli.pipeline import check_privacy_flags
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli as filter_job
@@ -38,7 +38,8 @@ def test_every_setting_is_a_flag_and_every_tfpriv_flag_is_read_by_a_job():
         read |= set(job.fields())
         assert set(job.defaults) <= set(job.fields()) and all(set(d) <= set(job.fields())
                                                               for d in job.model_defaults.values())
-    assert defined - read == {"model", "mode", "output_dir"}
+    assert defined - read == set(CONTROL_FLAGS) & defined  # what train.py does (--model, --audit, --tune, ...)
+    assert {"model", "mode", "output_dir", "tune", "max_trials"} <= defined - read
 
 
 def test_family_defaults_apply_unless_the_user_sets_the_flag():

@@ -23,7 +23,9 @@ from absl import flags
 from tfpriv.errors import UsageError
 
 # Flags that choose what train.py does rather than configure a job.
-CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size")
+CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size",
+                 "tune", "tuner", "trial_count", "mean_trials", "trial_count_shape", "max_trials", "objective",
+                 "search_space")
 # Library parameters whose flag has another name in every job (a job's `flag_names` come first).
 COMMON_FLAG_NAMES = {"target_epsilon": "epsilon", "expected_batch_size": "batch_size", "sampling_rate": "batch_size",
                      "scaling": "feature_scaling"}
@@ -73,6 +75,7 @@ class Job:
     flag_names: Mapping[str, str] = dataclasses.field(default_factory=dict)  # library parameter -> flag
     checkpoint_subdir: str = "checkpoints"  # where a run's checkpoints are, relative to --output_dir
     summary: str = ""
+    tuning: Any = None  # `--tune`'s defaults: a `tfpriv.cli.tuning.FamilyTuning` (space, objectives)
 
     @property
     def name(self) -> str:

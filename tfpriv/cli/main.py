@@ -19,6 +19,7 @@ from absl import app, flags
 from tfpriv.cli import audit as audit_job
 from tfpriv.cli import flags as common_flags
 from tfpriv.cli import privae_job
+from tfpriv.cli import tuning
 from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli as filter_job
@@ -34,6 +35,7 @@ HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true
 # --help: the shared flags, then each job's own (a job's flags are defined in the module of its run()).
 HELP_SECTIONS = {"tfpriv.cli.flags": "shared flags (every model)",
                  "tfpriv.cli.audit": "--audit (sensitivity audit of the configured model instead of training)",
+                 "tfpriv.cli.tuning": "--tune (hyperparameter tuning: trials are normal runs; epsilon of the whole job)",
                  **{job.run.__module__: f"--model={' | '.join(job.names)} ({job.summary})" for job in JOB_LIST}}
 
 
@@ -71,6 +73,7 @@ def prepare(argv=None):
     if FLAGS.mode not in common_flags.MODES:
         raise UsageError(f"--mode: must be one of {', '.join(common_flags.MODES)}, got {FLAGS.mode!r}")
     settings = read_settings(job, FLAGS, model=FLAGS.model)
+    tuning.check_flags(FLAGS)
     if FLAGS.audit and FLAGS.mode != "train":
         raise UsageError(f"--audit: audits the model a training run would build; not with --mode={FLAGS.mode}")
     if FLAGS.mode == "sample":
@@ -85,6 +88,8 @@ def prepare(argv=None):
 
 
 def execute(job: Job, settings, output_dir: str) -> dict:
+    if FLAGS.tune:
+        return tuning.tune(job, settings, output_dir)
     if FLAGS.audit:
         return audit_job.audit(job, settings, output_dir, FLAGS.audit_batch_size)
     if FLAGS.mode == "sample":
@@ -125,6 +130,9 @@ def main(argv) -> None:
         fail(flag_message(exc, job), output_dir, existed, job)
     except KeyboardInterrupt:
         interrupted(job, output_dir)
+    if FLAGS.tune:
+        print(tuning.report(output_dir, results))
+        return
     if FLAGS.audit:
         print(audit_job.report(output_dir, results))
         if not results["passed"]:

@@ -12,6 +12,7 @@ from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags t
 from tfpriv.cli import pipeline
 from tfpriv.cli.job import Job, PrivateSettings
 from tfpriv.cli.pipeline import Built, need, progress
+from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
@@ -24,6 +25,7 @@ from tfpriv.models.plots import image_grid, pinwheel_figure
 from tfpriv.models.priors import GaussianMixture, make_prior
 from tfpriv.models.vae import VAE, load_vae
 from tfpriv.privacy.config import DPConfig
+from tfpriv.training.tuner import Objective
 
 flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
 flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
@@ -207,9 +209,17 @@ def sample(settings: PriVAESettings, output_dir: str) -> dict:
                                   grid=lambda images, png, _: image_grid(images[:100], png))
 
 
+# --tune: the default search space and the objectives (metrics of results.json, evaluated on held-out data).
+TUNING = FamilyTuning(
+    space={"learning_rate": {"type": "float", "min": 1e-4, "max": 1e-2, "log": True},
+           "l2_norm_clip": {"type": "float", "min": 0.01, "max": 1.0, "log": True},
+           "batch_size": {"type": "choice", "values": [32, 64]}},
+    objectives=(Objective("log_likelihood", "max"), Objective("reconstruction_error", "min"), Objective("mmd", "min"),
+                Objective("hoyer_sparsity", "max"), Objective("cluster_purity", "max")))
+
 JOB = Job(
     names=("privae", "vae"), settings_type=PriVAESettings, run=run, sample=sample,
-    training_run=PriVAERun,
+    training_run=PriVAERun, tuning=TUNING,
     defaults={"num_samples": 64},
     # VAE(num_samples=...) is --num_samples_L; the priors' parameters are --prior_*; the pinwheel's scale.
     flag_names={"num_samples": "num_samples_L", "gamma": "prior_gamma", "sigma0_sq": "prior_sigma0_sq",

@@ -28,7 +28,9 @@ from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags t
 from tfpriv.cli import pipeline
 from tfpriv.cli.job import Job, PrivateSettings
 from tfpriv.cli.pipeline import Built, need, progress
+from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.training.tuner import NEUTRAL_KEYS, Objective
 
 DEFAULT_TASKS = {  # dataset -> (private, utility, non-target)
     "mnist": ("digit_ge5", "parity", "circle"),
@@ -372,9 +374,22 @@ def _figures(output_dir, dataset, sweep, codes_test, run0, yte, stage1, ds):
                               os.path.join(output_dir, "decoded_grid.png"))
 
 
+# --tune: the default space tunes the filter game (stage 2), which does not change the stage-1 VAE's
+# privacy event; stage-1 settings (--vae_batch_size, --vae_epochs, noise) may be added as choices.
+TUNING = FamilyTuning(
+    space={"filter_learning_rate": {"type": "float", "min": 1e-4, "max": 1e-2, "log": True},
+           "utility_weight": {"type": "float", "min": 0.5, "max": 2.0},
+           "penalty_rho": {"type": "float", "min": 2.0, "max": 20.0, "log": True}},
+    objectives=(Objective("utility_minus_private", "max", {"utility_accuracy": 1.0, "private_accuracy": -1.0}),
+                Objective("utility_accuracy", "max"), Objective("private_accuracy", "min")),
+    neutral=NEUTRAL_KEYS + ("vae_learning_rate", "filter_epochs", "budget", "divergence", "utility_weight",
+                            "penalty_rho", "filter_type", "noise_dim", "filter_batch_size", "filter_learning_rate",
+                            "filter_ema", "adversary_steps", "adversary_objective"),
+    scope=PRIVACY_SCOPE)
+
 JOB = Job(
     names=("filter",), settings_type=FilterSettings, run=run, sample=None,
-    training_run=FilterRun,
+    training_run=FilterRun, tuning=TUNING,
     defaults={"dataset": "mnist", "aggregation": "none"},
     # plan_privacy / DPConfig name the stage-1 VAE's batch size, epochs and learning rate plainly.
     flag_names={"batch_size": "vae_batch_size", "epochs": "vae_epochs", "learning_rate": "vae_learning_rate",

@@ -21,7 +21,9 @@ from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags t
 from tfpriv.cli import pipeline
 from tfpriv.cli.job import Job, PrivateSettings
 from tfpriv.cli.pipeline import Built, need, progress
+from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.training.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")
 IMAGE_DATASETS = ("mnist", "fashion_mnist")
@@ -280,9 +282,17 @@ def sample(settings: GanSettings, output_dir: str) -> dict:
     return {**out, "conditional": labels is not None, "generator": file, "model": config.get("model")}
 
 
+# --tune: the default search space and the objectives (metrics of results.json).
+TUNING = FamilyTuning(
+    space={"learning_rate": {"type": "float", "min": 1e-5, "max": 1e-3, "log": True},
+           "l2_norm_clip": {"type": "float", "min": 0.1, "max": 10.0, "log": True},
+           "batch_size": {"type": "choice", "values": [64, 128]}},
+    objectives=(Objective("inception_score", "max"), Objective("frechet_distance", "min"),
+                Objective("downstream_accuracy", "max"), Objective("label_agreement", "max")))
+
 JOB = Job(
     names=MODELS, settings_type=GanSettings, run=run, sample=sample,
-    training_run=GanRun,
+    training_run=GanRun, tuning=TUNING,
     defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS,
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )

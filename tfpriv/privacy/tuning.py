@@ -15,6 +15,12 @@ module supplies the trial-count distributions (the tuner must *draw* K: a fixed 
 does not satisfy the theorems) and the job's epsilon next to naive composition over the trials.
 The guarantee needs every trial to be the same mechanism (same event) or a mechanism no less
 private; the job's epsilon is computed for the least private trial's event.
+
+A cap on the number of trials (run min(K, cap) trials) is not one of the theorems' distributions.
+It is accounted exactly as a change of δ: run the capped and the uncapped job with the same K and
+the same trials; their outputs differ only when K > cap, so for every output set S
+P[capped(x) ∈ S] ≤ P[A(x) ∈ S] + p ≤ e^ε P[A(x') ∈ S] + δ' + p ≤ e^ε P[capped(x') ∈ S] + δ' + (1 + e^ε)·p
+with p = P(K > cap) and A (ε, δ')-DP: the capped job is (ε, δ' + (1 + e^ε)·p)-DP (`capped_job_epsilon`).
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from typing import Sequence
 import dp_accounting
 import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant
+from scipy import stats
 
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS
@@ -60,6 +67,15 @@ class TrialCount:
             raise ConfigError("gamma: the Poisson distribution has no gamma parameter")
         return rdp_privacy_accountant._gamma_truncated_negative_binomial(self.dp_shape, self.mean)
 
+    def tail(self, cap: int) -> float:
+        """P(K > cap)."""
+        if self.distribution == "poisson":
+            return float(stats.poisson(self.mean).sf(cap))
+        if self.distribution == "logarithmic":
+            return float(stats.logser(1.0 - self.gamma).sf(cap))
+        nb = stats.nbinom(self.dp_shape, self.gamma)  # D_{η,γ} = NB(η, γ) conditioned on K >= 1
+        return float(nb.sf(cap) / nb.sf(0))
+
     def sample(self, rng: np.random.Generator) -> int:
         """Draws K. Poisson may give 0 (the job then releases nothing); the others give K >= 1."""
         if self.distribution == "poisson":
@@ -89,3 +105,29 @@ def naive_epsilon(trial: dp_accounting.DpEvent, trials: int, delta: float,
     accountant = dp_accounting.rdp.RdpAccountant(list(orders))
     accountant.compose(dp_accounting.SelfComposedDpEvent(trial, int(trials)))
     return float(accountant.get_epsilon(delta))
+
+
+# Fractions of the job's δ tried for the uncapped bound; the rest pays for P(K > cap).
+CAP_DELTA_FRACTIONS = (0.999, 0.99, 0.9, 0.75, 0.5, 0.25, 0.1)
+
+
+def capped_job_epsilon(rdp: np.ndarray, count: TrialCount, cap: int, delta: float,
+                       orders: Sequence[float] = DEFAULT_ORDERS) -> tuple[float, float]:
+    """(ε, δ') of a job running min(K, cap) trials of a mechanism with RDP curve `rdp`, at the job's δ.
+
+    The uncapped bound is taken at δ' = f·δ for the fraction f in `CAP_DELTA_FRACTIONS` with the
+    smallest ε such that δ' + (1 + e^ε)·P(K > cap) ≤ δ. Raises ConfigError naming `max_trials` when
+    no fraction fits (the cap cuts off too much of K's distribution for this δ)."""
+    if cap < 1:
+        raise ConfigError(f"max_trials: must be >= 1, got {cap}")
+    p = count.tail(cap)
+    job = rdp_privacy_accountant._compute_rdp_repeat_and_select(list(orders), rdp, count.mean, count.dp_shape)
+    best = None
+    for fraction in CAP_DELTA_FRACTIONS:
+        eps = float(rdp_privacy_accountant.compute_epsilon(list(orders), job, fraction * delta)[0])
+        if fraction * delta + (1 + math.exp(min(eps, 700.0))) * p <= delta and (best is None or eps < best[0]):
+            best = (eps, fraction * delta)
+    if best is None:
+        raise ConfigError(f"max_trials: P(K > {cap}) = {p:.3g} for K ~ {count.distribution} with mean {count.mean:g} "
+                          f"does not fit in delta = {delta:g}; raise max_trials (or lower the mean)")
+    return best

@@ -1,58 +1,105 @@
 """Hyperparameter tuning jobs on private data with keras-tuner, and the privacy cost of the whole job.
 
-A job runs K trials; every trial is a normal run (`trial_fn(values, trial_dir)` trains, evaluates
-and writes its own results.json) and the best trial by `objective` is selected. What the job costs:
+A job runs trials; every trial is a normal run (`trial_fn(values, trial_dir)` trains, evaluates
+and writes its own results.json) and the best trial by the `Objective` is selected. What it costs:
 
 - `random` search with K drawn from a `TrialCount` (Poisson, geometric, logarithmic, truncated
   negative binomial): Papernot & Steinke (2022) bound the release of the best trial by one trial's
-  RDP plus a small term (`tfpriv.privacy.tuning`). The trial mechanism Q is "draw hyperparameters,
-  train": its RDP at each order is at most the largest over the space's privacy-relevant
-  configurations (Rényi divergence is quasi-convex in the pair of distributions), so those
-  hyperparameters (batch size, epochs, noise or per-trial target epsilon, aggregation,
-  partitions) must be discrete choices, and `trial_event(values)` gives each one's DpEvent.
+  RDP plus a small term (`tfpriv.privacy.tuning`). The theorem needs K independent runs of one
+  mechanism Q = "draw hyperparameters from the space, train": trials draw their values
+  independently, with replacement (`IIDRandomSearchOracle`; keras-tuner's own random search skips
+  repeats, which makes trials dependent), from the first trial on (the space is declared before
+  the search). Q's RDP at each order is at most the largest over the space's privacy
+  configurations (Rényi divergence is jointly quasi-convex), so every hyperparameter that can
+  change a trial's privacy event must be a discrete choice; only the `neutral` ones (which do not
+  change it, e.g. the learning rate) may be ranges. `trial_event(values)` gives each
+  configuration's DpEvent. A cap `max_trials` (run min(K, cap) trials) is paid for in δ
+  (`tfpriv.privacy.tuning.capped_job_epsilon`).
 - `bayesian` and `hyperband` choose later trials from earlier trials' scores, which the theorem
-  does not cover: the job is accounted as the composition of all K trials (naive), reported
-  as such. Naive composition is reported beside the bound for every job.
-The number of trials is drawn by the job, never fixed: a fixed count does not satisfy the theorem.
+  does not cover: the job is accounted as the composition of every trial started. Naive
+  composition is reported beside the bound for every job.
+
+The number of trials is drawn once by the job (by the chief in distributed tuning) and stored in
+`tuning_plan.json` before the first trial: a re-run of the same folder reuses it (keras-tuner
+reloads its trials; an interrupted trial is retried in its own folder, where the run resumes
+from its checkpoint) instead of drawing again. Distributed tuning is keras-tuner's chief/worker
+mode (`KERASTUNER_TUNER_ID`, `KERASTUNER_ORACLE_IP`, `KERASTUNER_ORACLE_PORT`): the chief holds
+the oracle, draws K and writes tuning.json from the oracle's record of every trial any worker
+started; workers run trials in the shared output folder.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
+import math
 import os
+import time
 from typing import Callable, Mapping
 
 import dp_accounting
 import keras_tuner as kt
 import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant
+from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS
-from tfpriv.privacy.tuning import TrialCount
+from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
 
-TUNERS = {"random": kt.RandomSearch, "bayesian": kt.BayesianOptimization, "hyperband": kt.Hyperband}
-PRIVACY_KEYS = ("batch_size", "epochs", "noise_multiplier", "epsilon", "aggregation", "num_partitions", "batch_clip")
+TUNERS = ("random", "bayesian", "hyperband")
+# Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
+NEUTRAL_KEYS = ("learning_rate", "l2_norm_clip")
+PLAN_FILE, RESULT_FILE, TRIAL_FILE = "tuning_plan.json", "tuning.json", "tuning_trial.json"
 
 Space = Mapping[str, Mapping]
 TrialFn = Callable[[dict, str], dict]
 EventFn = Callable[[dict], dp_accounting.DpEvent]
 
 
-def check_space(space: Space) -> None:
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the tuner optimises: a weighted sum of metrics of the run's results.json."""
+
+    name: str
+    direction: str = "max"
+    weights: Mapping[str, float] | None = None  # metric -> weight; default {name: 1}
+
+    def __post_init__(self):
+        if self.direction not in ("min", "max"):
+            raise ConfigError(f"direction: must be min or max, got {self.direction!r}")
+
+    @property
+    def terms(self) -> Mapping[str, float]:
+        return self.weights or {self.name: 1.0}
+
+    def score(self, results: dict) -> float:
+        metrics = results.get("metrics", {})
+        missing = sorted(k for k in self.terms if k not in metrics)
+        if missing:
+            raise ConfigError(f"objective: {self.name} needs the metrics {', '.join(missing)}, which the run's "
+                              "results.json does not have")
+        return float(sum(w * float(metrics[k]) for k, w in self.terms.items()))
+
+
+def check_space(space: Space, neutral: tuple[str, ...] = NEUTRAL_KEYS) -> None:
     """A space maps names to {"type": "float"|"int", "min", "max"[, "log"]} or {"type": "choice", "values"}."""
+    if not space:
+        raise ConfigError("space: is empty; give at least one hyperparameter")
     for name, spec in space.items():
-        kind = spec.get("type")
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
         if kind == "choice":
-            if not spec.get("values"):
+            if not isinstance(spec.get("values"), (list, tuple)) or not spec["values"]:
                 raise ConfigError(f"space.{name}: a choice needs a non-empty 'values' list")
         elif kind in ("float", "int"):
             if not ("min" in spec and "max" in spec and spec["min"] <= spec["max"]):
                 raise ConfigError(f"space.{name}: a {kind} range needs min <= max, got {dict(spec)}")
-            if name in PRIVACY_KEYS:
-                raise ConfigError(f"space.{name}: privacy-relevant hyperparameters must be choices (the job's "
-                                  "epsilon is the worst case over them)")
+            if spec.get("log") and not spec["min"] > 0:
+                raise ConfigError(f"space.{name}: a log range needs min > 0, got {spec['min']}")
+            if name not in neutral:
+                raise ConfigError(f"space.{name}: may change a trial's privacy, so it must be a choice (the job's "
+                                  f"epsilon is the worst case over the choices); ranges only for {', '.join(neutral)}")
         else:
             raise ConfigError(f"space.{name}: type must be float, int or choice, got {kind!r}")
 
@@ -66,13 +113,13 @@ def define(hp: kt.HyperParameters, space: Space) -> dict:
         elif spec["type"] == "float":
             values[name] = hp.Float(name, spec["min"], spec["max"], sampling="log" if spec.get("log") else "linear")
         else:
-            values[name] = hp.Int(name, spec["min"], spec["max"])
+            values[name] = hp.Int(name, spec["min"], spec["max"], sampling="log" if spec.get("log") else "linear")
     return values
 
 
-def privacy_configurations(space: Space) -> list[dict]:
-    """Every combination of the space's privacy-relevant choices."""
-    keys = [k for k in PRIVACY_KEYS if k in space]
+def privacy_configurations(space: Space, neutral: tuple[str, ...] = NEUTRAL_KEYS) -> list[dict]:
+    """Every combination of the space's choices that may change a trial's privacy event."""
+    keys = sorted(k for k, spec in space.items() if spec["type"] == "choice" and k not in neutral)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(space[k]["values"] for k in keys))]
 
 
@@ -86,10 +133,26 @@ def worst_rdp(events: list[dp_accounting.DpEvent], orders=DEFAULT_ORDERS) -> np.
     return np.max(curves, axis=0)
 
 
+def rdp_epsilon(rdp: np.ndarray, delta: float, orders=DEFAULT_ORDERS) -> float:
+    if not np.all(np.isfinite(rdp)):
+        return math.inf
+    return float(rdp_privacy_accountant.compute_epsilon(list(orders), rdp, delta)[0])
+
+
 def job_epsilon_from_rdp(rdp: np.ndarray, count: TrialCount, delta: float, orders=DEFAULT_ORDERS) -> float:
     """Papernot & Steinke's bound for K ~ count repetitions of a mechanism with RDP curve `rdp`."""
+    if not np.all(np.isfinite(rdp)):
+        return math.inf
     job = rdp_privacy_accountant._compute_rdp_repeat_and_select(list(orders), rdp, count.mean, count.dp_shape)
-    return float(rdp_privacy_accountant.compute_epsilon(list(orders), job, delta)[0])
+    return rdp_epsilon(job, delta, orders)
+
+
+class IIDRandomSearchOracle(kt.oracles.RandomSearchOracle):
+    """Random search whose trials draw their values independently, repeats allowed (the theorem's
+    i.i.d. trials); it stops only at `max_trials`, never because the space is exhausted."""
+
+    def _duplicate(self, values):
+        return False
 
 
 @dataclasses.dataclass
@@ -99,77 +162,208 @@ class TuningJob:
     trial_fn: TrialFn
     trial_event: EventFn
     space: Space
-    objective: str
-    direction: str = "max"
+    objective: Objective | str
+    direction: str = "max"  # when `objective` is a metric name
     tuner: str = "random"
     trials: TrialCount = dataclasses.field(default_factory=lambda: TrialCount("geometric", 5))
     delta: float = 1e-5
     seed: int | None = None
+    max_trials: int | None = None  # a cap on K (accounted in delta)
+    neutral: tuple[str, ...] = NEUTRAL_KEYS
+    budget_key: str = "epochs"  # the hyperparameter hyperband sets to its epoch budget
+    privacy_note: str | None = None  # what the trials' epsilon covers, if the job says more than "the run"
 
     def __post_init__(self):
-        check_space(self.space)
+        if isinstance(self.objective, str):
+            self.objective = Objective(self.objective, self.direction)
+        check_space(self.space, self.neutral)
         if self.tuner not in TUNERS:
             raise ConfigError(f"tuner: must be one of {', '.join(TUNERS)}, got {self.tuner!r}")
-        if self.direction not in ("min", "max"):
-            raise ConfigError(f"direction: must be min or max, got {self.direction!r}")
+        if self.max_trials is not None and self.max_trials < 1:
+            raise ConfigError(f"max_trials: must be >= 1, got {self.max_trials}")
+        if self.tuner == "hyperband":
+            if self.max_trials is not None:
+                raise ConfigError("max_trials: hyperband's schedule fixes its trials; not with tuner=hyperband")
+            spec = self.space.get(self.budget_key, {})
+            if spec.get("type") != "choice" or not all(isinstance(v, int) and v >= 1 for v in spec["values"]):
+                raise ConfigError(f"space.{self.budget_key}: hyperband needs the epoch budget as a choice of "
+                                  "positive integers (the largest is its max_epochs)")
+
+    @functools.cached_property
+    def worst_trial_rdp(self) -> np.ndarray:
+        """RDP curve bounding one trial: the order-wise worst over the space's privacy configurations."""
+        return worst_rdp([self.trial_event(c) for c in privacy_configurations(self.space, self.neutral)])
 
     def privacy(self, trials_run: int) -> dict:
         """The job's epsilon: the bound (random search) or the composition (adaptive tuners)."""
-        events = [self.trial_event(c) for c in privacy_configurations(self.space)] or [self.trial_event({})]
-        worst = worst_rdp(events)
-        naive = float(rdp_privacy_accountant.compute_epsilon(list(DEFAULT_ORDERS), trials_run * worst, self.delta)[0]) \
-            if trials_run > 0 else 0.0
-        out = {"delta": self.delta, "trials_run": trials_run, "trial_count": dataclasses.asdict(self.trials),
-               "epsilon_naive_composition": naive,
-               "epsilon_one_trial": float(rdp_privacy_accountant.compute_epsilon(list(DEFAULT_ORDERS), worst,
-                                                                                  self.delta)[0])}
+        worst = self.worst_trial_rdp
+        naive = rdp_epsilon(trials_run * worst, self.delta) if trials_run > 0 else 0.0
+        out = {"delta": self.delta, "accountant": "rdp", "trials_run": trials_run,
+               "trial_count": dataclasses.asdict(self.trials), "max_trials": self.max_trials,
+               "epsilon_naive_composition": naive, "epsilon_one_trial": rdp_epsilon(worst, self.delta)}
         if self.tuner == "random":
-            out["epsilon"] = job_epsilon_from_rdp(worst, self.trials, self.delta)
+            if self.max_trials is None or not np.all(np.isfinite(worst)):
+                out["epsilon"] = job_epsilon_from_rdp(worst, self.trials, self.delta)
+            else:
+                out["epsilon"], out["delta_uncapped_bound"] = capped_job_epsilon(worst, self.trials, self.max_trials,
+                                                                                 self.delta)
+                out["prob_trials_above_cap"] = self.trials.tail(self.max_trials)
             out["analysis"] = ("Papernot & Steinke 2022 (random search, random number of trials, best trial "
-                               "released), RDP worst case over the space's privacy-relevant choices")
+                               "released), RDP worst case over the space's privacy configurations"
+                               + ("; the cap max_trials paid for in delta" if self.max_trials else ""))
         else:
             out["epsilon"] = naive
-            out["analysis"] = (f"composition of the {trials_run} trials: the {self.tuner} tuner picks trials from "
-                               "earlier scores, which the random-trials theorem does not cover")
+            out["analysis"] = (f"composition of the {trials_run} trials started: the {self.tuner} tuner picks trials "
+                               "from earlier scores, which the random-trials theorem does not cover")
+        if self.privacy_note:
+            out["scope"] = self.privacy_note
         return out
 
-    def run(self, output_dir: str) -> dict:
-        """Draws K, runs the trials, writes `tuning.json` (trials, best configuration, the job's privacy)."""
-        rng = np.random.default_rng(self.seed)
-        k = self.trials.sample(rng)
-        os.makedirs(output_dir, exist_ok=True)
-        records: list[dict] = []
-        job = self
+    # -- running ---------------------------------------------------------------------------------
+    def draw_trials(self, output_dir: str) -> int | None:
+        """K for this job: read from tuning_plan.json if the folder has one (never drawn again), else
+        drawn now and written there before any trial runs. None for hyperband (its schedule)."""
+        path = os.path.join(output_dir, PLAN_FILE)
+        plan = self.plan_record(None)
+        if os.path.isfile(path):
+            with open(path) as f:
+                stored = json.load(f)
+            mismatched = [k for k in ("tuner", "objective", "trial_count", "max_trials", "space")
+                          if json.dumps(stored.get(k), sort_keys=True, default=str)
+                          != json.dumps(plan[k], sort_keys=True, default=str)]
+            if mismatched:
+                raise ConfigError(f"output_dir: {output_dir} holds a tuning job with another {', '.join(mismatched)}; "
+                                  "use a new folder")
+            return stored["trials_drawn"]
+        k = None if self.tuner == "hyperband" else self.trials.sample(np.random.default_rng(self.seed))
+        if k is not None and self.max_trials is not None:
+            plan["trials_drawn_uncapped"] = k
+            k = min(k, self.max_trials)
+        _write_json(path, {**plan, "trials_drawn": k})
+        return k
 
-        class Tuner(TUNERS[self.tuner]):
+    def plan_record(self, k: int | None) -> dict:
+        return {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective),
+                "trial_count": dataclasses.asdict(self.trials), "max_trials": self.max_trials,
+                "space": {n: dict(s) for n, s in self.space.items()}, "trials_drawn": k,
+                "epsilon_one_trial": rdp_epsilon(self.worst_trial_rdp, self.delta), "delta": self.delta}
+
+    def _oracle(self, k: int | None) -> kt.Oracle:
+        hp = kt.HyperParameters()
+        define(hp, self.space)  # declared up front: the first trial is drawn too, not the defaults
+        objective = kt.Objective(self.objective.name, self.objective.direction)
+        common = dict(objective=objective, seed=self.seed, hyperparameters=hp, max_retries_per_trial=0)
+        if self.tuner == "random":
+            return IIDRandomSearchOracle(max_trials=max(k, 1), **common)
+        if self.tuner == "bayesian":
+            return kt.oracles.BayesianOptimizationOracle(max_trials=max(k, 1), **common)
+        return kt.oracles.HyperbandOracle(max_epochs=max(self.space[self.budget_key]["values"]),
+                                          hyperband_iterations=1, **common)
+
+    def run(self, output_dir: str, poll_seconds: float = 0.2) -> dict:
+        """Runs the job (or, in distributed tuning, this process's part of it). The chief or a single
+        process writes `tuning.json` (trials, best configuration, the job's privacy) and returns it;
+        a worker returns the trials it ran."""
+        worker = dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
+        os.makedirs(output_dir, exist_ok=True)
+        k = None if worker else self.draw_trials(output_dir)
+        job = self
+        ran: list[str] = []
+
+        class Tuner(kt.Tuner):
             def run_trial(self, trial, *args, **kwargs):
                 values = define(trial.hyperparameters, job.space)
-                if "tuner/epochs" in trial.hyperparameters.values:   # hyperband's budget
-                    values["epochs"] = int(trial.hyperparameters.values["tuner/epochs"])
+                if "tuner/epochs" in trial.hyperparameters.values:  # hyperband's budget
+                    values[job.budget_key] = int(trial.hyperparameters.values["tuner/epochs"])
                 trial_dir = os.path.join(output_dir, "trials", trial.trial_id)
                 results = job.trial_fn(values, trial_dir)
-                score = float(results["metrics"][job.objective])
-                records.append({"trial_id": trial.trial_id, "values": values, "objective": score,
-                                "epsilon": results.get("epsilon"), "results": os.path.join(trial_dir, "results.json")})
-                return {job.objective: score}
+                try:
+                    score = job.objective.score(results)
+                except ConfigError as exc:  # the job is misconfigured, not this trial: stop (one process)
+                    if dist_utils.has_chief_oracle():
+                        raise  # a worker records a failed trial; stopping it would leave the chief waiting
+                    raise kt.errors.FatalError(str(exc)) from exc
+                _write_json(os.path.join(trial_dir, TRIAL_FILE),
+                            {"trial_id": trial.trial_id, "tuner_id": self.tuner_id, "values": values,
+                             "objective": score, "epsilon": results.get("epsilon")})
+                ran.append(trial.trial_id)
+                return {job.objective.name: score}
 
-        kwargs = dict(objective=kt.Objective(self.objective, self.direction), directory=output_dir,
-                      project_name="keras_tuner", seed=self.seed, overwrite=False)
-        if self.tuner == "hyperband":
-            epochs = self.space.get("epochs", {}).get("values", [1])
-            kwargs.update(max_epochs=max(epochs), hyperband_iterations=1)
-        else:
-            kwargs.update(max_trials=max(k, 1))
-        tuner = Tuner(**kwargs)
-        if k > 0:
-            tuner.search()
-        best = (max if self.direction == "max" else min)(records, key=lambda r: r["objective"]) if records else None
-        result = {"tuner": self.tuner, "objective": self.objective, "direction": self.direction,
-                  "trials_drawn": k, "trials": records, "best": best, "privacy": self.privacy(len(records)),
+            def search(self, *args, **kwargs):
+                if dist_utils.is_chief_oracle():
+                    self.save()
+                    serve(self.oracle, poll_seconds)
+                    return
+                super().search(*args, **kwargs)
+
+        # A worker's oracle only proxies the chief's (keras-tuner replaces it); its trial cap is unused.
+        tuner = Tuner(oracle=self._oracle(1 if worker else k), directory=output_dir, project_name="keras_tuner", overwrite=False)
+        if k != 0:  # Poisson may draw no trial: nothing is trained or released
+            try:
+                tuner.search()  # a trial that raises is recorded as FAILED (keras-tuner) and still counted
+            except kt.errors.FatalError as exc:
+                if isinstance(exc.__cause__, ConfigError):
+                    raise exc.__cause__ from None
+                raise
+        if worker:
+            return {"role": "worker", "tuner_id": tuner.tuner_id, "trials": ran}
+        return self.finish(tuner.oracle, output_dir, k)
+
+    def finish(self, oracle: kt.Oracle, output_dir: str, k: int | None) -> dict:
+        """tuning.json from the oracle's record of every trial started, in any process."""
+        records = []
+        for trial_id in oracle.start_order:
+            trial = oracle.trials[trial_id]
+            trial_dir = os.path.join(output_dir, "trials", trial_id)
+            record = {"trial_id": trial_id, "status": trial.status, "objective": trial.score,
+                      "values": {n: trial.hyperparameters.values.get(n) for n in self.space}}
+            if os.path.isfile(os.path.join(trial_dir, TRIAL_FILE)):
+                with open(os.path.join(trial_dir, TRIAL_FILE)) as f:
+                    record.update(json.load(f))
+                record["results"] = os.path.join(trial_dir, "results.json")
+            elif trial.message:
+                record["error"] = trial.message.strip().splitlines()[-1]
+            records.append(record)
+        done = [r for r in records if r["status"] == "COMPLETED" and r.get("objective") is not None]
+        pick = max if self.objective.direction == "max" else min
+        best = pick(done, key=lambda r: r["objective"]) if done else None
+        privacy = self.privacy(len(records))
+        one = privacy["epsilon_one_trial"]
+        for r in records:  # the plan's event must bound what each trial's ledger spent
+            eps = r.get("epsilon")
+            if eps is not None and math.isfinite(one) and eps > one * (1 + 1e-6) + 1e-9:
+                raise ConfigError(f"trial_event: trial {r['trial_id']} spent epsilon {eps:.6g}, more than the "
+                                  f"worst case {one:.6g} of the space's privacy configurations")
+        result = {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective), "trials_drawn": k,
+                  "trials": records, "best": best, "privacy": privacy,
                   "space": {n: dict(s) for n, s in self.space.items()}}
-        with open(os.path.join(output_dir, "tuning.json.tmp"), "w") as f:
-            json.dump(result, f, indent=2, default=str)
-        os.replace(os.path.join(output_dir, "tuning.json.tmp"), os.path.join(output_dir, "tuning.json"))
+        _write_json(os.path.join(output_dir, RESULT_FILE), result)
         return result
 
 
+def serve(oracle: kt.Oracle, poll_seconds: float = 0.2) -> None:
+    """The chief: keras-tuner's oracle service on KERASTUNER_ORACLE_IP:PORT until every trial has
+    ended and every worker has been told to stop (keras-tuner's own loop re-checks every 20 s)."""
+    from concurrent import futures
+
+    import grpc
+    from keras_tuner.src import protos
+    from keras_tuner.src.distribute import oracle_chief
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    servicer = oracle_chief.OracleServicer(oracle)
+    protos.get_service_grpc().add_OracleServicer_to_server(servicer, server)
+    server.add_insecure_port(f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']}")
+    server.start()
+    try:
+        while not (servicer.stop_triggered and oracle_chief.exit_chief(oracle)):
+            time.sleep(poll_seconds)
+    finally:
+        server.stop(grace=1.0)
+
+
+def _write_json(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=2, default=str)
+    os.replace(path + ".tmp", path)

@@ -1,0 +1,141 @@
+"""`train.py --tune`: a tuning job whose trials are normal runs; tuning.json and the job's epsilon.
+
+The job's epsilon is checked against an independent computation (Papernot & Steinke's bound,
+via dp_accounting, for the worst of the space's batch sizes; naive composition of the trials);
+bad tuning flags are one line on stderr, exit code 2 and no output folder.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.cli.helpers import TRAIN, assert_one_line_error, train_py
+from tests.conftest import REPO_ROOT
+from tfpriv.privacy.accounting import training_event
+from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
+from tfpriv.data.sampling import sampling_rate_and_steps
+
+# A tiny private VAE on the generated pinwheel data: one epoch of a few steps per trial.
+TINY = ["--model=privae", "--dataset=pinwheel", "--pinwheel_hidden=4", "--latent_dim=2", "--regularizer=none",
+        "--prior=normal", "--aggregation=micro", "--epochs=1", "--eval_importance_samples=2", "--eval_examples=50",
+        "--noise_multiplier=1.5", "--verbose=0"]
+SPACE = '{"batch_size": {"type": "choice", "values": [100, 200]}, "l2_norm_clip": null}'
+
+
+def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
+    out = tmp_path / "tune"
+    count = TrialCount("geometric", 2.0)
+    seed = 5  # K = 2 for this seed: the job draws K from --seed
+    k = count.sample(np.random.default_rng(seed))
+    proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--tuner=random", "--trial_count=geometric",
+                    "--mean_trials=2", f"--search_space={SPACE}", "--objective=reconstruction_error",
+                    f"--seed={seed}", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "tuning.json").read_text())
+    assert record["trials_drawn"] == k == 2 and len(record["trials"]) == k
+    assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == k  # stored before the trials
+    results = []
+    for trial in record["trials"]:
+        assert trial["status"] == "COMPLETED" and trial["values"]["batch_size"] in (100, 200)
+        results.append(json.loads(open(trial["results"]).read()))
+        assert os.path.dirname(trial["results"]) == str(out / "trials" / trial["trial_id"])
+        assert results[-1]["batch_size"] == trial["values"]["batch_size"]
+        assert trial["objective"] == pytest.approx(results[-1]["metrics"]["reconstruction_error"])
+    assert record["best"]["objective"] == min(t["objective"] for t in record["trials"])  # minimised
+    assert len({r["seed"] for r in results}) == k  # every trial has its own random streams
+
+    # Independently: one trial's event for each batch size of the space; the job is the worst one.
+    privacy, first = record["privacy"], results[0]
+    n, delta, z = first["num_examples"], first["delta"], first["effective_noise_multiplier"]
+    events = []
+    for b in (100, 200):
+        q, steps = sampling_rate_and_steps(n, b, "poisson")
+        events.append(training_event([(q, z, steps)]))
+    assert privacy["delta"] == delta
+    assert privacy["epsilon"] == pytest.approx(max(job_epsilon(e, count, delta) for e in events), rel=1e-6)
+    assert privacy["epsilon_naive_composition"] == pytest.approx(max(naive_epsilon(e, k, delta) for e in events),
+                                                                 rel=1e-6)
+    assert privacy["epsilon"] > privacy["epsilon_one_trial"] >= max(r["epsilon"] for r in results)
+    assert "Papernot & Steinke" in privacy["analysis"]
+    assert f"epsilon of the whole job = {privacy['epsilon']:.4g}" in proc.stdout
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--tune", "--tuner=grid"], "--tuner"),
+    (["--tune", "--trial_count=uniform"], "--trial_count"),
+    (["--tune", "--mean_trials=0.5"], "--mean_trials"),
+    (["--tune", "--trial_count=negative_binomial", "--trial_count_shape=0"], "--trial_count_shape"),
+    (["--tune", "--objective=accuracy"], "--objective"),
+    (["--tune", '--search_space={"batch_size": {"type": "int", "min": 50, "max": 200}}'], "--search_space"),
+    (["--tune", '--search_space={"nope": {"type": "choice", "values": [1]}}'], "--search_space"),
+    (["--tune", '--search_space={"seed": {"type": "choice", "values": [1, 2]}}'], "--search_space"),
+    (["--tune", "--search_space={not json"], "--search_space"),
+    (["--tune", "--search_space=/nonexistent/space.json"], "--search_space"),
+    (["--tune", '--search_space={"learning_rate": {"type": "float", "min": -1, "max": 1}}'], "--search_space"),
+    (["--tune", '--search_space={"epsilon": {"type": "choice", "values": [1, 2]}}'], "--search_space"),
+    (["--tune", "--tuner=hyperband"], "--search_space"),
+    (["--tune", "--max_trials=2"], "--max_trials"),  # P(K > 2) = 0.64 for a geometric K with mean 5
+    (["--tune", "--tuner=hyperband", "--max_trials=20",
+      '--search_space={"epochs": {"type": "choice", "values": [1, 2]}}'], "--max_trials"),
+    (["--max_trials=3"], "--max_trials"),
+    (["--tune", "--mode=sample"], "--tune"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_tuning_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
+    out = tmp_path / "tune"
+    assert_one_line_error(train_py(f"--output_dir={out}", *TINY, *args, capsys=capsys), flag, out)
+
+
+def test_a_cap_that_fits_in_delta_is_accounted(tmp_path, capsys):
+    """--max_trials with a Poisson K: the job's delta pays for P(K > cap); no trial is drawn for seed 3."""
+    out = tmp_path / "tune"
+    proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--trial_count=poisson", "--mean_trials=1",
+                    "--max_trials=12", f"--search_space={SPACE}", "--seed=3", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    privacy = json.loads((out / "tuning.json").read_text())["privacy"]
+    p = TrialCount("poisson", 1.0).tail(12)
+    assert privacy["prob_trials_above_cap"] == pytest.approx(p)
+    assert privacy["delta_uncapped_bound"] + (1 + np.exp(privacy["epsilon"])) * p <= privacy["delta"]
+    assert privacy["trials_run"] == 0 and privacy["epsilon"] > privacy["epsilon_one_trial"]
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_distributed_tuning_one_chief_two_workers_on_loopback(tmp_path):
+    """keras-tuner's chief/worker mode: the chief draws K and holds the oracle, the workers run the
+    trials; tuning.json (written by the chief) accounts every trial any worker ran."""
+    out, port = tmp_path / "tune", free_loopback_port()
+    args = [sys.executable, TRAIN, f"--output_dir={out}", *TINY, "--tune", "--mean_trials=2",
+            f"--search_space={SPACE}", "--seed=5"]  # K = 2
+    procs = {}
+    try:
+        for tuner_id in ("tuner0", "tuner1", "chief"):  # the workers wait for the chief's oracle
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERASTUNER_TUNER_ID=tuner_id,
+                       KERASTUNER_ORACLE_IP="127.0.0.1", KERASTUNER_ORACLE_PORT=str(port))
+            procs[tuner_id] = subprocess.Popen(args, cwd=REPO_ROOT, env=env, text=True,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        done = {name: proc.communicate(timeout=300) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    for name, proc in procs.items():
+        assert proc.returncode == 0, (name, done[name][1][-3000:])
+    record = json.loads((out / "tuning.json").read_text())
+    assert record["trials_drawn"] == 2 and record["privacy"]["trials_run"] == 2
+    ran = {t["trial_id"]: t["tuner_id"] for t in record["trials"]}
+    assert sorted(ran.values()) == ["tuner0", "tuner1"]  # one trial each
+    for name in ("tuner0", "tuner1"):
+        mine = [trial for trial, who in ran.items() if who == name]
+        assert f"tuning worker {name} ran trials {', '.join(mine)}" in done[name][0]
+    for trial in record["trials"]:
+        assert trial["status"] == "COMPLETED" and os.path.isfile(trial["results"])
+    assert record["privacy"]["epsilon"] > record["privacy"]["epsilon_one_trial"]
+    assert "epsilon of the whole job" in done["chief"][0]

@@ -1,0 +1,257 @@
+"""`train.py --tune`: a hyperparameter-tuning job whose trials are normal runs of the chosen job.
+
+Each trial is the job's `run(settings, OUTPUT_DIR/trials/<id>)` in this process with the trial's
+values over the command line's settings (its own results.json, checkpoints, logs); the tuner is
+keras-tuner's (`tfpriv.training.tuner`). A family declares its default search space and its named
+objectives as data (`Job.tuning`, a `FamilyTuning`); `--search_space` (a JSON file or an inline
+JSON object, also in a flag file) is merged over the default (`null` removes a name).
+OUTPUT_DIR/tuning.json holds the trials, the best configuration and the privacy of the whole job:
+Papernot & Steinke's bound for random search with a random number of trials K (drawn once, stored
+in tuning_plan.json), naive composition beside it, or composition alone for the adaptive tuners.
+Every tuning flag is checked, and the privacy event of every privacy configuration of the space is
+planned (the job's data loaded and model built, nothing trained), before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Mapping
+
+import dp_accounting
+from absl import flags
+
+from keras_tuner.src.distribute import utils as dist_utils
+
+from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings
+from tfpriv.cli.pipeline import check_privacy_flags
+from tfpriv.errors import ConfigError, UsageError
+from tfpriv.privacy.accounting import training_event
+from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
+from tfpriv.training.tuner import NEUTRAL_KEYS, TUNERS, Objective, TuningJob, privacy_configurations
+
+flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, in OUTPUT_DIR/trials/<id>) "
+                     "and write OUTPUT_DIR/tuning.json with the best configuration and the epsilon of the whole job.")
+flags.DEFINE_string("tuner", "random", "--tune: random (epsilon by Papernot & Steinke's bound), bayesian or hyperband "
+                    "(adaptive: epsilon by composition over the trials).")
+flags.DEFINE_string("trial_count", "geometric", "--tune: distribution of the number of trials K, drawn once by the job: "
+                    "poisson, geometric, logarithmic or negative_binomial (truncated; shape --trial_count_shape).")
+flags.DEFINE_float("mean_trials", 5.0, "--tune: expected number of trials E[K] (>= 1).")
+flags.DEFINE_float("trial_count_shape", 1.0, "--tune --trial_count=negative_binomial: its shape eta > 0 (1 = geometric).")
+flags.DEFINE_integer("max_trials", None, "--tune: run min(K, max_trials) trials. Not one of the theorem's distributions: "
+                     "paid for in delta ((1 + e^eps) P(K > max_trials) of it); refused when that does not fit.")
+flags.DEFINE_string("objective", None, "--tune: what selects the best trial (named per model; default: the first). "
+                    "privae: log_likelihood, reconstruction_error, mmd, hoyer_sparsity, cluster_purity; GANs: "
+                    "inception_score, frechet_distance, downstream_accuracy, label_agreement; filter: "
+                    "utility_minus_private, utility_accuracy, private_accuracy.")
+flags.DEFINE_string("search_space", None, "--tune: a JSON file or an inline JSON object of hyperparameters "
+                    '({"batch_size": {"type": "choice", "values": [32, 64]}, "learning_rate": {"type": "float", '
+                    '"min": 1e-4, "max": 1e-2, "log": true}}) merged over the model\'s default space (null removes one).')
+
+TUNING_FLAGS = ("tuner", "trial_count", "mean_trials", "trial_count_shape", "max_trials", "objective", "search_space")
+# Settings that define the job rather than a trial.
+NOT_TUNABLE = ("dataset", "data_dir", "seed", "verbose", "delta", "accountant", "feature_scaling")
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyTuning:
+    """A family's tuning defaults: its search space, its objectives (the first is the default) and the
+    hyperparameters that never change a trial's privacy event (may be ranges)."""
+
+    space: Mapping[str, Mapping]
+    objectives: tuple[Objective, ...]
+    neutral: tuple[str, ...] = NEUTRAL_KEYS
+    scope: str | None = None  # what a trial's epsilon covers, when the family's record says more than "the run"
+
+    def objective(self, name: str | None) -> Objective:
+        if name is None:
+            return self.objectives[0]
+        for objective in self.objectives:
+            if objective.name == name:
+                return objective
+        raise UsageError(f"--objective: must be one of {', '.join(o.name for o in self.objectives)}, got {name!r}")
+
+
+def check_flags(flag_values: flags.FlagValues) -> None:
+    """Tuning flags without --tune, or --tune with --mode=sample/--audit, are errors."""
+    from tfpriv.cli.job import user_set
+    if not flag_values.tune:
+        for name in TUNING_FLAGS:
+            if user_set(flag_values, name):
+                raise UsageError(f"--{name}: only applies with --tune")
+        return
+    if flag_values.mode != "train":
+        raise UsageError(f"--tune: tunes training runs; not with --mode={flag_values.mode}")
+    if flag_values.audit:
+        raise UsageError("--tune: not with --audit")
+
+
+def read_space(default: Mapping[str, Mapping], given: str | None) -> dict:
+    """The default space with `--search_space` (a JSON file or an inline JSON object) merged over it."""
+    space = {k: dict(v) for k, v in default.items()}
+    if not given:
+        return space
+    text = given
+    if not given.lstrip().startswith("{"):
+        try:
+            with open(given) as f:
+                text = f.read()
+        except OSError as exc:
+            raise UsageError(f"--search_space: cannot read {given}: {exc.strerror}") from None
+    try:
+        override = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--search_space: not valid JSON: {exc}") from None
+    if not isinstance(override, dict):
+        raise UsageError("--search_space: must be a JSON object of hyperparameters")
+    for name, spec in override.items():
+        if spec is None:
+            space.pop(name, None)
+        else:
+            space[name] = spec
+    return space
+
+
+def trial_count(flag_values: flags.FlagValues) -> TrialCount:
+    if flag_values.trial_count not in DISTRIBUTIONS:
+        raise UsageError(f"--trial_count: must be one of {', '.join(DISTRIBUTIONS)}, got {flag_values.trial_count!r}")
+    try:
+        return TrialCount(flag_values.trial_count, flag_values.mean_trials, flag_values.trial_count_shape)
+    except ConfigError as exc:
+        raise UsageError(_as_flag(exc)) from None
+
+
+_PARAM_FLAGS = {"space": "search_space", "tuner": "tuner", "max_trials": "max_trials", "mean": "mean_trials",
+                "shape": "trial_count_shape", "distribution": "trial_count", "direction": "objective"}
+
+
+def _as_flag(exc: ConfigError) -> str:
+    """A tuning library error as a flag error (`space.x: ...` -> `--search_space: space.x: ...`)."""
+    message = str(exc).strip().splitlines()[0]
+    if message.startswith("space"):
+        return f"--search_space: {message}"
+    flag = _PARAM_FLAGS.get(exc.param or "")
+    return f"--{flag}{message[len(exc.param):]}" if flag else message
+
+
+class TrialPlanner:
+    """Settings and privacy events of trials: the command line's settings with a trial's values."""
+
+    def __init__(self, job: Job, model: str, flag_values: flags.FlagValues, base, output_dir: str):
+        self.job, self.model, self.flags, self.base, self.output_dir = job, model, flag_values, base, output_dir
+        self.events: dict[str, dp_accounting.DpEvent] = {}
+        self.delta: float | None = None
+
+    def settings(self, values: dict, trial_dir: str | None = None):
+        extra = {}
+        if self.base.seed is not None and trial_dir is not None:  # distinct, reproducible streams per trial
+            extra["seed"] = (self.base.seed * 1_000_003 + int(os.path.basename(trial_dir)) + 1) % 2 ** 31
+        return read_settings(self.job, self.flags, model=self.model, **values, **extra)
+
+    def run_trial(self, values: dict, trial_dir: str) -> dict:
+        return self.job.run(self.settings(values, trial_dir), trial_dir)
+
+    def event(self, values: dict) -> dp_accounting.DpEvent:
+        """One trial's DpEvent with these values: the job's plan (data loaded, model built, nothing
+        trained or written), every planned step a Poisson-sampled Gaussian."""
+        key = json.dumps(values, sort_keys=True)
+        if key not in self.events:
+            run = self.job.training_run(self.settings(values), os.path.join(self.output_dir, "trials", "_planning"))
+            plan = run.setup()
+            self.delta = plan.delta
+            self.events[key] = (training_event([(plan.sampling_rate, plan.effective_noise_multiplier,
+                                                 plan.planned_steps)])
+                                if plan.config.private else dp_accounting.NonPrivateDpEvent())
+        return self.events[key]
+
+    def check(self, values: dict) -> None:
+        """The settings checks that need no data, for one point of the space."""
+        settings = self.settings(values)
+        check_privacy_flags(settings)
+        self.job.training_run(settings, self.output_dir).validate()
+
+
+def extreme_points(space: Mapping[str, Mapping]) -> list[dict]:
+    """Each value of every hyperparameter at least once (choices: each value; ranges: both ends)."""
+    points = []
+    for name, spec in space.items():
+        for value in (spec["values"] if spec["type"] == "choice" else (spec["min"], spec["max"])):
+            points.append({name: value})
+    return points
+
+
+def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = flags.FLAGS) -> TuningJob:
+    """The tuning job of the command line, every flag checked and every trial planned."""
+    family: FamilyTuning | None = getattr(job, "tuning", None)
+    if family is None or job.training_run is None:
+        raise UsageError(f"--tune: not available for --model={settings.model}")
+    if flag_values.tuner not in TUNERS:
+        raise UsageError(f"--tuner: must be one of {', '.join(TUNERS)}, got {flag_values.tuner!r}")
+    count = trial_count(flag_values)
+    objective = family.objective(flag_values.objective)
+    space = read_space(family.space, flag_values.search_space)
+    fields = set(job.fields())
+    for name in space:
+        if name not in fields or name in NOT_TUNABLE or name in CONTROL_FLAGS:
+            why = "defines the job, not a trial" if name in fields else f"is not a flag of --model={settings.model}"
+            raise UsageError(f"--search_space: {name} {why}")
+    planner = TrialPlanner(job, settings.model, flag_values, settings, output_dir)
+    try:
+        tuning = TuningJob(planner.run_trial, planner.event, space, objective, tuner=flag_values.tuner, trials=count,
+                           seed=settings.seed, max_trials=flag_values.max_trials, neutral=family.neutral,
+                           budget_key=job.flag_for("epochs"), privacy_note=family.scope)
+    except ConfigError as exc:
+        raise UsageError(_as_flag(exc)) from None
+    for point in extreme_points(space):
+        try:
+            planner.check(point)
+        except UsageError as exc:
+            (name, value), = point.items()
+            raise UsageError(f"--search_space: {name}={value}: {str(exc).splitlines()[0]}") from None
+    if is_worker():  # the chief plans and accounts the job; a worker runs the trials it is given
+        return tuning
+    for config in privacy_configurations(space, family.neutral):  # errors surface here, before any output
+        try:
+            planner.event(config)
+        except UsageError as exc:
+            where = f"with {json.dumps(config)}: " if config else ""
+            raise UsageError(f"--search_space: {where}{flag_message(exc, job)}") from None
+    tuning.delta = planner.delta
+    try:
+        tuning.privacy(1)  # a cap that does not fit in delta is refused now
+    except ConfigError as exc:
+        raise UsageError(_as_flag(exc)) from None
+    return tuning
+
+
+def is_worker() -> bool:
+    """A keras-tuner worker (KERASTUNER_ORACLE_IP set, KERASTUNER_TUNER_ID not a chief)."""
+    return dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
+
+
+def tune(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = flags.FLAGS) -> dict:
+    """Runs the tuning job of the command line (or this worker's part of it)."""
+    return build(job, settings, output_dir, flag_values).run(output_dir)
+
+
+def report(output_dir: str, result: dict) -> str:
+    """The lines `train.py --tune` prints."""
+    if result.get("role") == "worker":
+        return (f"tuning worker {result['tuner_id']} ran trials {', '.join(result['trials']) or 'none'}; "
+                f"the chief writes {output_dir}/tuning.json")
+    privacy, best = result["privacy"], result["best"]
+    eps = privacy["epsilon"]
+    lines = [f"tuning ({result['tuner']}): {privacy['trials_run']} trials"
+             + (f" (K = {result['trials_drawn']} drawn)" if result["trials_drawn"] is not None else "")]
+    if best is not None:
+        lines.append(f"best trial {best['trial_id']}: {result['objective']['name']} = {best['objective']:.4g} "
+                     f"with {json.dumps(best['values'])}")
+    if math.isinf(eps):
+        lines.append("non-private trials: no privacy guarantee (epsilon = inf)")
+    else:
+        lines.append(f"epsilon of the whole job = {eps:.4g} at delta = {privacy['delta']:.3g} ({privacy['analysis']}); "
+                     f"one trial {privacy['epsilon_one_trial']:.4g}, naive composition of the "
+                     f"{privacy['trials_run']} trials {privacy['epsilon_naive_composition']:.4g}")
+    lines.append(f"Results: {output_dir}/tuning.json")
+    return "\n".join(lines)
