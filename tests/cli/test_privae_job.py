@@ -1,4 +1,4 @@
-"""`--model=privae` flags of the pinwheel experiment: --pinwheel_scale and --pinwheel_hidden.
+"""`--model=privae` flags of the pinwheel experiment: --pinwheel_scale, --pinwheel_hidden, --lr_schedule.
 
 Bad values are one line on stderr and exit code 2 (no output folder left behind); good
 values reach the data and the networks and are recorded in results.json.
@@ -7,8 +7,13 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
 
 from tests.cli.helpers import assert_one_line_error, train_py
+from tfpriv.cli import privae_job
+from tfpriv.cli.job import read_settings
 from tfpriv.data import make_pinwheel
 
 PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regularizer=kl_pq", "--latent_dim=2",
@@ -27,6 +32,7 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (PINWHEEL + ["--pinwheel_hidden=wide"], "--pinwheel_hidden"),
     (PINWHEEL + ["--pinwheel_hidden="], "--pinwheel_hidden"),
     (["--dataset=digits", "--pinwheel_hidden=16"], "--pinwheel_hidden"),
+    (PINWHEEL + ["--lr_schedule=step"], "--lr_schedule"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     out = tmp_path / "run"
@@ -48,3 +54,33 @@ def test_scale_and_widths_reach_the_run(tmp_path, capsys):
     x = make_pinwheel(seed=2, scale=1.0)[0]
     assert results["metrics"]["reconstruction_error"] < 20 * float(np.var(x))
     assert (out / "pinwheel.png").exists()
+
+
+def test_cosine_schedule_decays_to_zero_over_the_planned_steps():
+    with flagsaver.flagsaver():
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
+        s = read_settings(privae_job.JOB, flags.FLAGS, lr_schedule="cosine", learning_rate=0.01, epochs=3,
+                          batch_size=20, sampling="poisson")
+        constant = read_settings(privae_job.JOB, flags.FLAGS, learning_rate=0.01)
+    assert privae_job.learning_rate(constant, 400) == 0.01
+    schedule = privae_job.learning_rate(s, 400)
+    planned = 3 * 20  # 3 epochs of round(400 / 20) steps
+    assert float(schedule(0)) == pytest.approx(0.01)
+    assert float(schedule(planned // 2)) == pytest.approx(0.005, rel=1e-4)
+    assert float(schedule(planned)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
+    with flagsaver.flagsaver():
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
+        s = read_settings(privae_job.JOB, flags.FLAGS, dataset="pinwheel", prior="mixture", latent_dim=2,
+                          architecture="pinwheel", pinwheel_hidden="4", lr_schedule="cosine", learning_rate=0.01,
+                          epochs=2, batch_size=20, sampling="poisson", seed=0)
+    run = privae_job.PriVAERun(s, str(tmp_path / "unused"))
+    optimizer = run.build(run.load()).optimizer
+    schedule = tf.keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+    assert float(schedule(0)) == pytest.approx(0.01)
+    assert float(schedule(40)) == pytest.approx(0.0, abs=1e-9)  # 2 epochs of round(400 / 20) steps
+
