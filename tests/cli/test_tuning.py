@@ -10,14 +10,22 @@ import socket
 import subprocess
 import sys
 
+import dp_accounting
 import numpy as np
 import pytest
+from absl import flags
+from absl.testing import flagsaver
 
 from tests.cli.helpers import TRAIN, assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
+from tfpriv.cli import privae_job
+from tfpriv.cli.job import read_settings
+from tfpriv.cli.tuning import TrialPlanner
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
 from tfpriv.data.sampling import sampling_rate_and_steps
+
+FLAGS = flags.FLAGS
 
 # A tiny private VAE on the generated pinwheel data: one epoch of a few steps per trial.
 TINY = ["--model=privae", "--dataset=pinwheel", "--pinwheel_hidden=4", "--latent_dim=2", "--regularizer=none",
@@ -26,42 +34,48 @@ TINY = ["--model=privae", "--dataset=pinwheel", "--pinwheel_hidden=4", "--latent
 SPACE = '{"batch_size": {"type": "choice", "values": [100, 200]}, "l2_norm_clip": null}'
 
 
+def check_job_epsilon(record: dict, results: list[dict], count: TrialCount) -> None:
+    """tuning.json's privacy against an independent computation: one trial's event for each batch
+    size of SPACE (the other hyperparameters do not change it); the job is the worst of them."""
+    privacy, first = record["privacy"], results[0]
+    n, delta, z = first["num_examples"], first["delta"], first["effective_noise_multiplier"]
+    events = [training_event([(q, z, steps)]) for q, steps in
+              (sampling_rate_and_steps(n, b, "poisson") for b in (100, 200))]
+    k = privacy["trials_run"]
+    assert privacy["delta"] == delta and privacy["accountant"] == "rdp" and "Papernot & Steinke" in privacy["analysis"]
+    assert privacy["epsilon"] == pytest.approx(max(job_epsilon(e, count, delta) for e in events), rel=1e-6)
+    assert privacy["epsilon_naive_composition"] == pytest.approx(max(naive_epsilon(e, k, delta) for e in events),
+                                                                 rel=1e-6)
+    assert privacy["epsilon"] > privacy["epsilon_one_trial"] >= max(r["epsilon"] for r in results)
+
+
+def trial_results(record: dict, out) -> list[dict]:
+    """Each trial's results.json, checked against its record in tuning.json."""
+    results = []
+    for trial in record["trials"]:
+        assert trial["status"] == "COMPLETED" and trial["values"]["batch_size"] in (100, 200)
+        assert os.path.dirname(trial["results"]) == str(out / "trials" / trial["trial_id"])
+        results.append(json.loads(open(trial["results"]).read()))
+        assert results[-1]["batch_size"] == trial["values"]["batch_size"]
+        assert trial["objective"] == pytest.approx(results[-1]["metrics"][record["objective"]["name"]])
+    return results
+
+
 def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
     out = tmp_path / "tune"
-    count = TrialCount("geometric", 2.0)
-    seed = 5  # K = 2 for this seed: the job draws K from --seed
-    k = count.sample(np.random.default_rng(seed))
+    count, seed = TrialCount("geometric", 2.0), 0
+    k = count.sample(np.random.default_rng(seed))  # the job draws K from --seed: 1 here
     proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--tuner=random", "--trial_count=geometric",
                     "--mean_trials=2", f"--search_space={SPACE}", "--objective=reconstruction_error",
                     f"--seed={seed}", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "tuning.json").read_text())
-    assert record["trials_drawn"] == k == 2 and len(record["trials"]) == k
+    assert record["trials_drawn"] == k == len(record["trials"]) == 1
     assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == k  # stored before the trials
-    results = []
-    for trial in record["trials"]:
-        assert trial["status"] == "COMPLETED" and trial["values"]["batch_size"] in (100, 200)
-        results.append(json.loads(open(trial["results"]).read()))
-        assert os.path.dirname(trial["results"]) == str(out / "trials" / trial["trial_id"])
-        assert results[-1]["batch_size"] == trial["values"]["batch_size"]
-        assert trial["objective"] == pytest.approx(results[-1]["metrics"]["reconstruction_error"])
-    assert record["best"]["objective"] == min(t["objective"] for t in record["trials"])  # minimised
-    assert len({r["seed"] for r in results}) == k  # every trial has its own random streams
-
-    # Independently: one trial's event for each batch size of the space; the job is the worst one.
-    privacy, first = record["privacy"], results[0]
-    n, delta, z = first["num_examples"], first["delta"], first["effective_noise_multiplier"]
-    events = []
-    for b in (100, 200):
-        q, steps = sampling_rate_and_steps(n, b, "poisson")
-        events.append(training_event([(q, z, steps)]))
-    assert privacy["delta"] == delta
-    assert privacy["epsilon"] == pytest.approx(max(job_epsilon(e, count, delta) for e in events), rel=1e-6)
-    assert privacy["epsilon_naive_composition"] == pytest.approx(max(naive_epsilon(e, k, delta) for e in events),
-                                                                 rel=1e-6)
-    assert privacy["epsilon"] > privacy["epsilon_one_trial"] >= max(r["epsilon"] for r in results)
-    assert "Papernot & Steinke" in privacy["analysis"]
-    assert f"epsilon of the whole job = {privacy['epsilon']:.4g}" in proc.stdout
+    results = trial_results(record, out)
+    assert record["best"]["trial_id"] == record["trials"][0]["trial_id"]
+    check_job_epsilon(record, results, count)
+    assert f"epsilon of the whole job = {record['privacy']['epsilon']:.4g}" in proc.stdout
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -135,7 +149,25 @@ def test_distributed_tuning_one_chief_two_workers_on_loopback(tmp_path):
     for name in ("tuner0", "tuner1"):
         mine = [trial for trial, who in ran.items() if who == name]
         assert f"tuning worker {name} ran trials {', '.join(mine)}" in done[name][0]
-    for trial in record["trials"]:
-        assert trial["status"] == "COMPLETED" and os.path.isfile(trial["results"])
-    assert record["privacy"]["epsilon"] > record["privacy"]["epsilon_one_trial"]
+    results = trial_results(record, out)
+    assert len({r["seed"] for r in results}) == 2  # every trial has its own random streams
+    assert record["best"]["objective"] == max(t["objective"] for t in record["trials"])  # log_likelihood: max
+    check_job_epsilon(record, results, TrialCount("geometric", 2.0))
     assert "epsilon of the whole job" in done["chief"][0]
+
+
+def test_the_neutral_hyperparameters_do_not_change_a_trials_privacy_event(tmp_path):
+    """Ranges are allowed only for hyperparameters that leave the trial's DpEvent unchanged: checked
+    on a term-wise PriVAE with a batch-wise term and partitions (the clip norms' hardest case)."""
+    with flagsaver.flagsaver():
+        FLAGS(["train.py", "--dataset=pinwheel", "--epochs=1", "--aggregation=termwise", "--regularizer=mmd",
+               "--num_partitions=2", "--batch_size=40"])
+        settings = read_settings(privae_job.JOB, FLAGS)
+        planner = TrialPlanner(privae_job.JOB, "privae", FLAGS, settings, str(tmp_path / "tune"))
+        base = planner.event({})
+        assert isinstance(base, dp_accounting.ComposedDpEvent)
+        for name in privae_job.TUNING.neutral:
+            for value in (1e-3, 5.0):
+                assert planner.event({name: value}) == base, name
+        assert planner.event({"batch_size": 80}) != base  # a choice that does change it
+    assert not (tmp_path / "tune").exists()

@@ -10,7 +10,7 @@ from scipy.stats import norm
 
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS, epsilon_for, training_event
-from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
+from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon, job_epsilon, naive_epsilon
 
 SIGMA, DELTA = 3.0, 1e-6
 ORDERS = np.array(DEFAULT_ORDERS)
@@ -81,3 +81,28 @@ def test_bad_distributions_are_refused():
         TrialCount("geometric", 0.5)
     with pytest.raises(ConfigError, match="shape"):
         TrialCount("negative_binomial", 5, shape=0.0)
+
+
+@pytest.mark.parametrize("count", [TrialCount("poisson", 3), TrialCount("geometric", 3),
+                                   TrialCount("logarithmic", 3), TrialCount("negative_binomial", 3, shape=0.5)],
+                         ids=lambda c: c.distribution)
+def test_tail_is_the_samplers_frequency_above_the_cap(count):
+    rng = np.random.default_rng(1)
+    draws = np.array([count.sample(rng) for _ in range(4000)])
+    for cap in (1, 3, 8):
+        assert count.tail(cap) == pytest.approx(np.mean(draws > cap), abs=0.025)  # 3 standard errors
+
+
+def test_a_cap_is_paid_for_in_delta():
+    """min(K, cap) trials: (eps, delta' + (1 + e^eps) P(K > cap))-DP with eps the uncapped bound at delta'."""
+    trial = training_event([(0.01, 1.1, 1000)])
+    accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+    accountant.compose(trial)
+    rdp = np.asarray(accountant._rdp)
+    count, delta = TrialCount("poisson", 5), 1e-5
+    eps, delta_bound = capped_job_epsilon(rdp, count, 25, delta)
+    assert delta_bound + (1 + math.exp(eps)) * count.tail(25) <= delta
+    assert eps == pytest.approx(job_epsilon(trial, count, delta_bound), rel=1e-9)
+    assert eps >= job_epsilon(trial, count, delta)  # never below the uncapped job at the full delta
+    with pytest.raises(ConfigError, match="max_trials"):  # P(K > 8) = 0.07 does not fit in 1e-5
+        capped_job_epsilon(rdp, count, 8, delta)

@@ -85,3 +85,41 @@ def test_bad_spaces_are_refused():
         TuningJob(_trial, _event, {"batch_size": {"type": "int", "min": 8, "max": 64}}, objective="accuracy")
     with pytest.raises(ConfigError, match="tuner"):
         TuningJob(_trial, _event, SPACE, objective="accuracy", tuner="grid")
+
+
+def _scored(values, trial_dir):
+    """A trial that trains nothing: its score is its learning rate (tests the tuner, not training)."""
+    results = {"model": "none", "dataset": "none", "aggregation": "micro", "epsilon": 0.5, "delta": 1e-3,
+               "noise_multiplier": Z, "effective_noise_multiplier": Z, "sampling_rate": 0.125, "steps": 0, "epochs": 0,
+               "metrics": {"accuracy": values["learning_rate"]}}
+    write_results(trial_dir, results)
+    return results
+
+
+def test_random_search_trials_are_independent_draws_repeats_included(tmp_path):
+    """A space of one point: keras-tuner's own random search would stop after one trial (no new
+    values); the theorem's K i.i.d. trials all run, the first one drawn like the others."""
+    space = {"learning_rate": {"type": "choice", "values": [0.25]}}
+    count = TrialCount("geometric", 3)
+    job = TuningJob(_scored, _event, space, objective="accuracy", trials=count, delta=1e-3, seed=1,
+                    neutral=("learning_rate",))
+    record = job.run(str(tmp_path))
+    assert record["trials_drawn"] == 3 == len(record["trials"])
+    assert [t["values"]["learning_rate"] for t in record["trials"]] == [0.25] * 3
+    ranged = TuningJob(_scored, _event, {"learning_rate": {"type": "float", "min": 0.5, "max": 0.75}},
+                       objective="accuracy", trials=count, delta=1e-3, seed=1)
+    first = ranged.run(str(tmp_path / "ranged"))["trials"][0]["values"]["learning_rate"]
+    assert first != 0.5  # drawn, not the range's default (its minimum)
+
+
+def test_a_rerun_reuses_the_stored_trial_count(tmp_path):
+    space = {"learning_rate": SPACE["learning_rate"]}
+    job = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("geometric", 3), delta=1e-3,
+                    seed=1, tuner="random")
+    assert job.draw_trials(str(tmp_path)) == 3
+    again = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("geometric", 3), delta=1e-3,
+                      seed=0)  # this seed alone would draw K = 1; the folder's K stands
+    assert again.draw_trials(str(tmp_path)) == 3
+    other = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("poisson", 3), delta=1e-3)
+    with pytest.raises(ConfigError, match="trial_count"):
+        other.draw_trials(str(tmp_path))
