@@ -18,6 +18,7 @@ from tfpriv.filter import baseline, divergence as div, evaluation, rdp
 from tfpriv.filter.architectures import build_classifier
 from tfpriv.filter.filters import LinearFilter, build_filter
 from tfpriv.filter.game import FilterGame
+from tfpriv.training.results import write_json
 
 
 @dataclasses.dataclass
@@ -144,8 +145,7 @@ def save_filter(game: FilterGame, directory: str, config: dict) -> str:
     kind = "linear" if isinstance(layer, LinearFilter) else "mlp"
     record = {"filter_type": kind, "latent_dim": layer.latent_dim, "num_private_classes": layer.num_private_classes,
               "noise_dim": layer.noise_dim, "weights": [list(w.shape) for w in weights], **config}
-    with open(os.path.join(directory, FILTER_CONFIG), "w") as f:
-        json.dump(record, f, indent=2, sort_keys=True, default=str)
+    write_json(os.path.join(directory, FILTER_CONFIG), record, sort_keys=True)
     return directory
 
 

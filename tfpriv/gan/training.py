@@ -15,6 +15,7 @@ from typing import Callable
 import tensorflow as tf
 
 from tfpriv.gan.base import PrivateWGAN
+from tfpriv.training.results import write_json
 
 GENERATOR_FILE = "generator.keras"
 GAN_CONFIG_FILE = "gan.json"
@@ -74,9 +75,7 @@ class Monitor(tf.keras.callbacks.Callback):
             self.seconds_scoring += time.time() - t0
         self.records.append(rec)
         if self.path:
-            with open(self.path + ".tmp", "w") as f:
-                json.dump(self.records, f, indent=1, default=str)
-            os.replace(self.path + ".tmp", self.path)
+            write_json(self.path, self.records, indent=1)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every_steps and int(self.model.step_count.numpy()) % self.every_steps == 0:
@@ -92,6 +91,5 @@ def save_generator(model: PrivateWGAN, directory: str, config: dict) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, GENERATOR_FILE)
     model.generator.save(path)
-    with open(os.path.join(directory, GAN_CONFIG_FILE), "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
+    write_json(os.path.join(directory, GAN_CONFIG_FILE), config, sort_keys=True, default=None)
     return path

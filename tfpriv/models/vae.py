@@ -25,6 +25,7 @@ from tfpriv.models.likelihoods import get_likelihood, mean_of
 from tfpriv.models.priors import Prior, StandardNormal, prior_from_config
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
+from tfpriv.training.results import write_json
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -144,8 +145,7 @@ class VAE(DPModel):
         os.makedirs(path, exist_ok=True)
         self.encoder.save(os.path.join(path, "encoder.keras"))
         self.decoder.save(os.path.join(path, "decoder.keras"))
-        with open(os.path.join(path, "vae.json"), "w") as f:
-            json.dump(self.config_dict(), f, indent=2)
+        write_json(os.path.join(path, "vae.json"), self.config_dict(), default=None)
 
 
 def load_vae(path: str) -> VAE:

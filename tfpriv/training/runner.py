@@ -10,7 +10,6 @@ exactly the batches, partitions and noise the uninterrupted run would have drawn
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -26,6 +25,7 @@ from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
+from tfpriv.training.results import write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,14 +216,3 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         "history": history,
         "plan": plan,
     }
-
-
-def write_json(path: str, record: dict) -> str:
-    """Writes `record` to `path` atomically (a temporary file renamed into place)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path

@@ -47,6 +47,7 @@ from keras_tuner.src.distribute import utils as dist_utils
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
+from tfpriv.training.results import write_json
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
@@ -239,7 +240,7 @@ class TuningJob:
         if k is not None and self.max_trials is not None:
             plan["trials_drawn_uncapped"] = k
             k = min(k, self.max_trials)
-        _write_json(path, {**plan, "trials_drawn": k})
+        write_json(path, {**plan, "trials_drawn": k})
         return k
 
     def plan_record(self, k: int | None) -> dict:
@@ -283,7 +284,7 @@ class TuningJob:
                     if dist_utils.has_chief_oracle():
                         raise  # a worker records a failed trial; stopping it would leave the chief waiting
                     raise kt.errors.FatalError(str(exc)) from exc
-                _write_json(os.path.join(trial_dir, TRIAL_FILE),
+                write_json(os.path.join(trial_dir, TRIAL_FILE),
                             {"trial_id": trial.trial_id, "tuner_id": self.tuner_id, "values": values,
                              "objective": score, "epsilon": results.get("epsilon")})
                 ran.append(trial.trial_id)
@@ -337,7 +338,7 @@ class TuningJob:
         result = {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective), "trials_drawn": k,
                   "trials": records, "best": best, "privacy": privacy,
                   "space": {n: dict(s) for n, s in self.space.items()}}
-        _write_json(os.path.join(output_dir, RESULT_FILE), result)
+        write_json(os.path.join(output_dir, RESULT_FILE), result)
         return result
 
 
@@ -360,10 +361,3 @@ def serve(oracle: kt.Oracle, poll_seconds: float = 0.2) -> None:
             time.sleep(poll_seconds)
     finally:
         server.stop(grace=1.0)
-
-
-def _write_json(path: str, record: dict) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
