@@ -22,12 +22,14 @@ folder renamed into place), so no half-written export is ever left.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
 
 import tensorflow as tf
+from absl import logging as absl_logging
 
 from tfpriv.models.vae import VAE
 from tfpriv.trained import TrainedFilter, TrainedGenerator, load
@@ -43,6 +45,12 @@ def _spec(shape, name: str) -> tf.TensorSpec:
     return tf.TensorSpec([None, *shape], tf.float32, name=name)
 
 
+def _function(fn, *specs: tf.TensorSpec):
+    """A serving function with a fixed input signature. No AutoGraph: the functions have no
+    tensor-dependent Python control flow, and tracing the models' own code as written is exact."""
+    return tf.function(fn, input_signature=list(specs), autograph=False)
+
+
 def _vae_functions(vae: VAE, prefix: str = "", sample: bool = True) -> dict:
     data_shape = vae.encoder.inputs[0].shape[1:]
 
@@ -50,19 +58,17 @@ def _vae_functions(vae: VAE, prefix: str = "", sample: bool = True) -> dict:
         mean, logvar = vae.encode(x)
         return {"mean": mean, "logvar": logvar}
 
-    out = {f"{prefix}encode": tf.function(encode, input_signature=[_spec(data_shape, "x")]),
-           f"{prefix}decode": tf.function(lambda z: {"x": vae.decode(z)},
-                                          input_signature=[_spec([vae.latent_dim], "z")])}
+    out = {f"{prefix}encode": _function(encode, _spec(data_shape, "x")),
+           f"{prefix}decode": _function(lambda z: {"x": vae.decode(z)}, _spec([vae.latent_dim], "z"))}
     if sample:
-        out[f"{prefix}sample"] = tf.function(lambda n, seed: {"x": vae.sample(n, seed)}, input_signature=[N, SEED])
+        out[f"{prefix}sample"] = _function(lambda n, seed: {"x": vae.sample(n, seed)}, N, SEED)
     return out
 
 
 def _generator_functions(model: TrainedGenerator) -> dict:
     if model.conditional:
-        return {"sample": tf.function(lambda n, seed, labels: {"x": model.sample(n, seed, labels)},
-                                      input_signature=[N, SEED, LABELS])}
-    return {"sample": tf.function(lambda n, seed: {"x": model.sample(n, seed)}, input_signature=[N, SEED])}
+        return {"sample": _function(lambda n, seed, labels: {"x": model.sample(n, seed, labels)}, N, SEED, LABELS)}
+    return {"sample": _function(lambda n, seed: {"x": model.sample(n, seed)}, N, SEED)}
 
 
 def _filter_functions(model: TrainedFilter) -> dict:
@@ -71,9 +77,8 @@ def _filter_functions(model: TrainedFilter) -> dict:
     for user in model.filters:
         suffix = f"_{user}" if user else ""
         privatize_z, privatize_x = _privatize(model, user)
-        out[f"privatize_z{suffix}"] = tf.function(
-            privatize_z, input_signature=[_spec([model.vae.latent_dim], "z"), Y_PRIVATE, SEED])
-        out[f"privatize_x{suffix}"] = tf.function(privatize_x, input_signature=[_spec(data_shape, "x"), Y_PRIVATE, SEED])
+        out[f"privatize_z{suffix}"] = _function(privatize_z, _spec([model.vae.latent_dim], "z"), Y_PRIVATE, SEED)
+        out[f"privatize_x{suffix}"] = _function(privatize_x, _spec(data_shape, "x"), Y_PRIVATE, SEED)
     return out
 
 
@@ -113,6 +118,20 @@ def describe(functions: dict) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _quiet():
+    """tf.saved_model.save logs every file it writes and every renamed input at INFO: keep a run's output clean."""
+    logger, verbosity = tf.get_logger(), absl_logging.get_verbosity()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        absl_logging.set_verbosity(verbosity)
+
+
 def save_serving(model, path: str) -> dict:
     """Writes the SavedModel of `model` to `path` (replaced atomically); returns `describe` of it."""
     functions, variables = serving_functions(model)
@@ -123,17 +142,16 @@ def save_serving(model, path: str) -> dict:
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
-    old, logger = None, tf.get_logger()
-    level = logger.level
+    old = None
     try:
-        logger.setLevel(logging.WARNING)  # tf.saved_model.save logs every file it writes at INFO
-        tf.saved_model.save(module, tmp, signatures={name: fn.get_concrete_function() for name, fn in functions.items()})
+        with _quiet():
+            tf.saved_model.save(module, tmp, signatures={name: fn.get_concrete_function()
+                                                         for name, fn in functions.items()})
         if os.path.exists(path):
             old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
             os.replace(path, os.path.join(old, "export"))
         os.replace(tmp, path)
     finally:
-        logger.setLevel(level)
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
