@@ -19,6 +19,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfpriv.privacy import rules
+from tfpriv.privacy.rules.base import mask_rows
 from tfpriv.privacy.taps import TapRecorder
 from tfpriv.privacy.terms import BatchLayout
 
@@ -27,19 +28,39 @@ def _zeros_if_none(grads, like):
     return [tf.zeros_like(t) if g is None else g for g, t in zip(grads, like)]
 
 
-def _sq_norms_factored(u: tf.Tensor, v: tf.Tensor, rows_per_group: float) -> tf.Tensor:
-    """||sum_r u_r ⊗ v_r||_F^2 per group for u [G, R, du], v [G, R, dv].
+# Extra cost of the ghost form, in rows: it needs the rows balanced first (`_balanced`, a few
+# elementwise passes over U and V), which the direct form does not. Measured in issue 13 on the
+# conv VAE's 49-position layers (du=512, dv=64): balancing cost as much as the ghost products.
+BALANCING_ROWS = 48
 
-    Ghost form sum_{r,s} (u_r·u_s)(v_r·v_s) costs R^2 (du + dv) per group, the direct
-    form R du dv; pick the cheaper one (mixed ghost clipping, Bu et al. 2022).
+
+def _ghost_pays(rows: float, du: int, dv: int) -> bool:
+    """Whether the ghost norm is cheaper than the instantiated gradient for groups of `rows` rows.
+
+    Ghost: sum_{r,s} (u_r·u_s)(v_r·v_s) costs rows^2 (du + dv) per group plus balancing;
+    direct: ||sum_r u_r ⊗ v_r||^2 costs rows du dv (mixed ghost clipping, Bu et al. 2022).
+    One row: the ghost norm is ||u||^2 ||v||^2, always the cheaper.
     """
-    du, dv = u.shape[-1], v.shape[-1]
-    if rows_per_group == 1 and u.shape[1] == 1:
+    if rows == 1:
+        return True
+    return (rows + BALANCING_ROWS) * (du + dv) <= du * dv
+
+
+def _ghost_sq_norms(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+    """||sum_r u_r ⊗ v_r||_F^2 per group for balanced u [G, R, du], v [G, R, dv]."""
+    if u.shape[1] == 1:
         return tf.reduce_sum(tf.square(u), axis=[1, 2]) * tf.reduce_sum(tf.square(v), axis=[1, 2])
-    if rows_per_group * (du + dv) <= du * dv:
-        uu = tf.einsum("gri,gsi->grs", u, u)
-        vv = tf.einsum("grj,gsj->grs", v, v)
-        return tf.reduce_sum(uu * vv, axis=[1, 2])
+    uu = tf.einsum("gri,gsi->grs", u, u)
+    vv = tf.einsum("grj,gsj->grs", v, v)
+    return tf.reduce_sum(uu * vv, axis=[1, 2])
+
+
+def _direct_sq_norms(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+    """||sum_r u_r ⊗ v_r||_F^2 per group by instantiating the [G, du, dv] gradient.
+
+    Needs no balancing: each entry is a sum of products u_ri v_rj, which overflows only when
+    the gradient itself does, and a zero factor gives an exact 0 unless the other is NaN/inf.
+    """
     outer = tf.einsum("gri,grj->gij", u, v)
     return tf.reduce_sum(tf.square(outer), axis=[1, 2])
 
@@ -59,12 +80,6 @@ def _balanced(u: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     scale = tf.where(finite & ~zero, tf.sqrt(mv) / tf.sqrt(tf.where(zero, 1.0, mu)), 1.0)
     scale = tf.clip_by_value(scale, 1e-18, 1e18)  # any finite positive scale is exact
     return tf.where(zero, 0.0, u * scale), tf.where(zero, 0.0, v / scale)
-
-
-def _mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
-    """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
-    keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
-    return tf.where(keep, x, tf.zeros_like(x))
 
 
 def _flat_sq(x: tf.Tensor) -> tf.Tensor:
@@ -125,8 +140,15 @@ class FastPass:
                 bias = rows if bias is None else bias + rows
         u = us[0] if len(us) == 1 else tf.concat(us, axis=1)
         v = vs[0] if len(vs) == 1 else tf.concat(vs, axis=1)
-        u, v = _balanced(u, v)
         return u, v, bias
+
+    def _balanced_factors(self, which: str, layer_id: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """The layer's (U, V) for `which` term, balanced (cached: computed only for layers that need it)."""
+        key = (which, layer_id)
+        if key not in self._cache:
+            u, v, _ = self._quantities(which)[layer_id][1]
+            self._cache[key] = _balanced(u, v)
+        return self._cache[key]
 
     def _layer_per_example(self, layer_id: int, grads: list[tf.Tensor]) -> list[tf.Tensor]:
         """Per-example gradients [B, *w.shape] of a fallback layer, summed over its calls."""
@@ -159,10 +181,14 @@ class FastPass:
     # -- norms ------------------------------------------------------------------------------
     def sample_sq_norms(self) -> tf.Tensor:
         total = tf.zeros([self.batch_size])
-        for kind, q in self._quantities("phi").values():
+        for layer_id, (kind, q) in self._quantities("phi").items():
             if kind == "factor":
                 u, v, bias = q
-                total += _sq_norms_factored(u, v, rows_per_group=1)
+                rows = u.shape[1]
+                if rows is None or _ghost_pays(rows, u.shape[-1], v.shape[-1]):
+                    total += _ghost_sq_norms(*self._balanced_factors("phi", layer_id))
+                else:
+                    total += _direct_sq_norms(u, v)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(bias), axis=1)
             else:
@@ -172,13 +198,16 @@ class FastPass:
     def partition_sq_norms(self) -> tf.Tensor:
         layout = self.layout
         total = tf.zeros([layout.num_partitions])
-        for kind, q in self._quantities("psi").values():
+        for layer_id, (kind, q) in self._quantities("psi").items():
             if kind == "factor":
                 u, v, bias = q
+                rows = self.expected_rows * (u.shape[1] if u.shape[1] is not None else 1)
+                ghost = _ghost_pays(rows, u.shape[-1], v.shape[-1])
+                if ghost:
+                    u, v = self._balanced_factors("psi", layer_id)  # row-wise, so before grouping
                 ug = tf.reshape(layout.gather(u), [layout.num_partitions, -1, u.shape[-1]])
                 vg = tf.reshape(layout.gather(v), [layout.num_partitions, -1, v.shape[-1]])
-                rows = self.expected_rows * (u.shape[1] if u.shape[1] is not None else 1)
-                total += _sq_norms_factored(ug, vg, rows_per_group=rows)
+                total += (_ghost_sq_norms if ghost else _direct_sq_norms)(ug, vg)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(bias), axis=1)), axis=1)
             else:
@@ -203,7 +232,9 @@ class FastPass:
                     shared += tf.reduce_sum(tf.square(mb))
                 if q_phi is None:
                     continue
-                u_phi, v_phi, b_phi = q_phi
+                # Balanced: the cross term multiplies U_phi by M before V_phi (no inf * 0).
+                u_phi, v_phi = self._balanced_factors("phi", layer_id)
+                b_phi = q_phi[2]
                 cross = tf.reduce_sum(tf.einsum("bti,ij->btj", u_phi, m) * v_phi, axis=[1, 2])
                 if mb is not None:
                     cross += tf.linalg.matvec(b_phi, mb)
@@ -262,11 +293,8 @@ class FastPass:
                         g_w = term if g_w is None else g_w + term
                         keep = tf.reshape(row_coef, [-1]) != 0.0
                         alive = keep if alive is None else alive | keep
-                u, v = rule.factors(tap, g_w)
-                # Rows of dropped examples may hold NaN/inf layer inputs: zero them, not 0 * inf.
-                u, v = _mask_rows(u, alive), _mask_rows(v, alive)
-                outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
-                add(rule.kernel(tap.layer), rule.kernel_from_outer(tap.layer, outer))
+                # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
+                add(rule.kernel(tap.layer), rule.kernel_sum(tap, g_w, alive))
                 if rule.bias(tap.layer) is not None:
                     add(rule.bias(tap.layer), tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
             elif id(tap.layer) not in fallback_done:
@@ -276,9 +304,9 @@ class FastPass:
                 for j, var in enumerate(self.recorder.layer_vars[id(tap.layer)]):
                     parts = []
                     if per_phi is not None:
-                        parts.append(tf.tensordot(c_phi, _mask_rows(per_phi[j], c_phi != 0.0), axes=1))
+                        parts.append(tf.tensordot(c_phi, mask_rows(per_phi[j], c_phi != 0.0), axes=1))
                     if per_psi is not None:
-                        parts.append(tf.tensordot(psi_example, _mask_rows(per_psi[j], psi_example != 0.0), axes=1))
+                        parts.append(tf.tensordot(psi_example, mask_rows(per_psi[j], psi_example != 0.0), axes=1))
                     if parts:
                         add(var, tf.add_n(parts))
         return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
@@ -315,9 +343,9 @@ class JacobianSums:
 
         Rows with coefficient 0 are masked first, so a dropped NaN/inf row contributes exactly 0.
         """
-        out = [tf.tensordot(c_phi, _mask_rows(j, c_phi != 0.0), axes=1) for j in self.j_phi]
+        out = [tf.tensordot(c_phi, mask_rows(j, c_phi != 0.0), axes=1) for j in self.j_phi]
         if self.j_psi is not None and c_psi is not None:
-            out = [o + tf.tensordot(c_psi, _mask_rows(j, c_psi != 0.0), axes=1) for o, j in zip(out, self.j_psi)]
+            out = [o + tf.tensordot(c_psi, mask_rows(j, c_psi != 0.0), axes=1) for o, j in zip(out, self.j_psi)]
         return out
 
 

@@ -71,6 +71,23 @@ class FactorRule(LayerRule):
         """Per-row bias gradient [R, n_bias]."""
         raise NotImplementedError
 
+    def kernel_sum(self, tap: Tap, grad: tf.Tensor, alive: tf.Tensor) -> tf.Tensor:
+        """The kernel gradient for output gradient `grad` (rows already weighted), summed over rows.
+
+        alive [R]: rows that count; the others (dropped examples, whose inputs may be NaN/inf)
+        contribute exactly 0. Default: sum_t U_t ⊗ V_t as one matmul over all rows and positions.
+        """
+        u, v = self.factors(tap, grad)
+        u, v = mask_rows(u, alive), mask_rows(v, alive)
+        outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
+        return self.kernel_from_outer(tap.layer, outer)
+
+
+def mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
+    """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
+    keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
+    return tf.where(keep, x, tf.zeros_like(x))
+
 
 def activation_tail(layer: Layer, z: tf.Tensor, bias: tf.Variable | None) -> tf.Tensor:
     """The rest of a Keras layer's call after its kernel product: the rule's bias, then the activation."""

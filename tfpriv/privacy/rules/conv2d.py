@@ -18,8 +18,11 @@ class Conv2DRule(ConvRule):
         x = tf.cast(inputs, layer.compute_dtype)
         if x.shape.rank != 4:
             raise TypeError(f"{layer.name}: the DP engine's Conv2D rule needs rank-4 inputs, got {x.shape}")
-        z = layer.convolution_op(x, self.kernel(layer))
+        z = self.product(layer, x, self.kernel(layer))
         return activation_tail(layer, z, self.bias(layer)), z
+
+    def product(self, layer, x, kernel):
+        return layer.convolution_op(x, kernel)
 
     def factors(self, tap, grad):
         layer = tap.layer

@@ -17,7 +17,11 @@ class Conv2DTransposeRule(ConvRule):
 
     def forward(self, layer, original_call, inputs, kwargs):
         x = tf.cast(inputs, layer.compute_dtype)
-        # Same computation as Conv2DTranspose.call up to the bias, so `z` is tapped pre-bias.
+        z = self.product(layer, x, self.kernel(layer))
+        return activation_tail(layer, z, self.bias(layer)), z
+
+    def product(self, layer, x, kernel):
+        # Same computation as Conv2DTranspose.call up to the bias, so the output is tapped pre-bias.
         shape = tf.shape(x)
         kh, kw = layer.kernel_size
         sh, sw = layer.strides
@@ -29,10 +33,10 @@ class Conv2DTransposeRule(ConvRule):
         else:
             out_h, out_w = (h - 1) * sh + kh, (w - 1) * sw + kw
         out_shape = tf.stack([shape[0], out_h, out_w, layer.filters])
-        z = tf.nn.conv2d_transpose(x, self.kernel(layer), out_shape, strides=[1, sh, sw, 1], padding=layer.padding.upper())
+        z = tf.nn.conv2d_transpose(x, kernel, out_shape, strides=[1, sh, sw, 1], padding=layer.padding.upper())
         if isinstance(out_h, int) and isinstance(out_w, int):
             z.set_shape([None, out_h, out_w, layer.filters])
-        return activation_tail(layer, z, self.bias(layer)), z
+        return z
 
     def factors(self, tap, grad):
         # y = conv_transpose(x, K) is the adjoint of x' = conv2d(y', K), so dL/dK is conv2d's
