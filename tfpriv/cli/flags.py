@@ -18,7 +18,8 @@ flags.DEFINE_string("feature_scaling", "auto", "adult/abalone preprocessing: pub
                     "private training) or auto (public when a model is trained privately, train otherwise).")
 flags.DEFINE_string("output_dir", None, "Run folder (results.json, checkpoints, logs). Default: runs/<model>-<dataset>-<time>. "
                     "An existing run resumes; its earlier segments stay in results.json.")
-flags.DEFINE_integer("seed", None, "Seed for initialisation, sampling and noise. Default: drawn from the OS (needed for a real release).")
+flags.DEFINE_integer("seed", None, "Seed for initialisation, sampling and noise. Default: drawn from the OS (needed for a real release).",
+                     lower_bound=0, upper_bound=2**32 - 1)  # what NumPy and TensorFlow accept
 flags.DEFINE_integer("epochs", 20, "Training epochs (an epoch is N/B steps). Default per model: 20 (privae, dpgan), 40 (dpwgan_gp).")
 flags.DEFINE_integer("batch_size", 64, "Expected batch size B = qN (Poisson) or fixed batch size (shuffle). "
                      "Default per model: 64 (privae, dpgan), 128 (dpwgan_gp).")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import re
 import shutil
 import sys
 
@@ -207,8 +208,21 @@ def parse_flags(argv):
     try:
         return FLAGS(argv)
     except flags.Error as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {parse_error_message(exc)}", file=sys.stderr)
         sys.exit(2)
+
+
+_ILLEGAL_VALUE = re.compile(r"^flag --(\w+)=(.*?): (.*)$")
+
+
+def parse_error_message(exc: flags.Error) -> str:
+    """absl's parse errors in the `--flag: why` form of every other error (one line)."""
+    if isinstance(exc, flags.UnrecognizedFlagError):
+        return f"--{exc.flagname}: unknown flag (--help lists the flags)"
+    lines = str(exc).strip().splitlines()
+    message = lines[0] if lines else "invalid flags"
+    match = _ILLEGAL_VALUE.match(message)
+    return f"--{match.group(1)}: invalid value {match.group(2)!r} ({match.group(3)})" if match else message
 
 
 def entry_point() -> None:
