@@ -141,6 +141,20 @@ def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae
         np.testing.assert_allclose(served[key], value.numpy(), rtol=1e-6, atol=1e-6, err_msg=key)
 
 
+def test_a_multi_user_filter_run_has_signatures_per_user(tmp_path):
+    model = tiny_filter_run(str(tmp_path), users=("user1", "user2"))
+    signatures = save_serving(tfpriv.load(str(tmp_path)), str(tmp_path / SAVED_MODEL_DIR))
+    assert sorted(signatures) == ["decode", "encode", "privatize_x_user1", "privatize_x_user2", "privatize_z_user1",
+                                  "privatize_z_user2"]
+    assert signatures["privatize_z_user2"]["inputs"] == {"z": "float32[None, 3]", "y_private": "int32[None]",
+                                                          "seed": "int64[]"}
+    served = tf.saved_model.load(str(tmp_path / SAVED_MODEL_DIR))
+    z, y = np.random.default_rng(4).standard_normal((5, 3)).astype(np.float32), np.array([0, 1, 1, 0, 1], np.int32)
+    for user in ("user1", "user2"):
+        out = served.signatures[f"privatize_z_{user}"](z=tf.constant(z), y_private=tf.constant(y), seed=tf.constant(SEED))
+        np.testing.assert_allclose(out["z"].numpy(), model.privatize_z(z, y, SEED, user).numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_an_export_is_replaced_atomically(tmp_path, monkeypatch):
     model = tiny_generator_run(tmp_path / "gan", num_classes=None)
     path = str(tmp_path / "gan" / SAVED_MODEL_DIR)
