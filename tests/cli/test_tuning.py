@@ -95,6 +95,9 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
     (["--tune", "--max_trials=2"], "--max_trials"),  # P(K > 2) = 0.64 for a geometric K with mean 5
     (["--tune", "--tuner=hyperband", "--max_trials=20",
       '--search_space={"epochs": {"type": "choice", "values": [1, 2]}}'], "--max_trials"),
+    (["--tune", "--tuner=hyperband", "--mean_trials=3",
+      '--search_space={"epochs": {"type": "choice", "values": [1, 2]}}'], "--mean_trials"),
+    (["--tune", "--trial_count_shape=2"], "--trial_count_shape"),
     (["--max_trials=3"], "--max_trials"),
     (["--tune", "--mode=sample"], "--tune"),
 ], ids=lambda v: v if isinstance(v, str) else None)
@@ -114,6 +117,30 @@ def test_a_cap_that_fits_in_delta_is_accounted(tmp_path, capsys):
     assert privacy["prob_trials_above_cap"] == pytest.approx(p)
     assert privacy["delta_uncapped_bound"] + (1 + np.exp(privacy["epsilon"])) * p <= privacy["delta"]
     assert privacy["trials_run"] == 0 and privacy["epsilon"] > privacy["epsilon_one_trial"]
+
+
+@pytest.mark.parametrize("model,args,objective", [
+    ("dpgan", ["--epochs=1"], "inception_score"),
+    ("filter", ["--vae_epochs=1", "--aggregation=micro", "--noise_multiplier=1.0",
+                '--search_space={"vae_batch_size": {"type": "choice", "values": [64, 128]}}'], "utility_minus_private"),
+])
+def test_every_family_plans_a_tuning_job(tmp_path, capsys, model, args, objective):
+    """The GAN and filter jobs with their default spaces and objectives (PriVAE: above); K = 0 is
+    drawn for seed 3 (Poisson, mean 1), so only the plans are made: the job's epsilon is still the
+    bound for E[K] = 1 over the space's batch sizes on MNIST's 60000 training examples."""
+    out = tmp_path / "tune"
+    proc = train_py(f"--output_dir={out}", f"--model={model}", "--tune", "--trial_count=poisson", "--mean_trials=1",
+                    "--seed=3", "--verbose=0", *args, capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "tuning.json").read_text())
+    assert record["trials_drawn"] == 0 and record["trials"] == [] and record["best"] is None
+    assert record["objective"]["name"] == objective
+    events = [training_event([(q, 1.0, steps)]) for q, steps in
+              (sampling_rate_and_steps(60000, b, "poisson") for b in (64, 128))]
+    count = TrialCount("poisson", 1.0)
+    assert record["privacy"]["epsilon"] == pytest.approx(max(job_epsilon(e, count, 1e-5) for e in events), rel=1e-6)
+    if model == "filter":
+        assert "stage-1 VAE" in record["privacy"]["scope"]
 
 
 def free_loopback_port() -> int:

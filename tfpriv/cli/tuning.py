@@ -24,7 +24,7 @@ from absl import flags
 
 from keras_tuner.src.distribute import utils as dist_utils
 
-from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings
+from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
 from tfpriv.cli.pipeline import check_privacy_flags
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.privacy.accounting import training_event
@@ -75,7 +75,6 @@ class FamilyTuning:
 
 def check_flags(flag_values: flags.FlagValues) -> None:
     """Tuning flags without --tune, or --tune with --mode=sample/--audit, are errors."""
-    from tfpriv.cli.job import user_set
     if not flag_values.tune:
         for name in TUNING_FLAGS:
             if user_set(flag_values, name):
@@ -188,6 +187,12 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
         raise UsageError(f"--tune: not available for --model={settings.model}")
     if flag_values.tuner not in TUNERS:
         raise UsageError(f"--tuner: must be one of {', '.join(TUNERS)}, got {flag_values.tuner!r}")
+    for name in ("trial_count", "mean_trials", "trial_count_shape"):
+        if flag_values.tuner == "hyperband" and user_set(flag_values, name):
+            raise UsageError(f"--{name}: hyperband's schedule fixes its trials; not with --tuner=hyperband")
+    if user_set(flag_values, "trial_count_shape") and flag_values.trial_count != "negative_binomial":
+        raise UsageError(f"--trial_count_shape: only applies to --trial_count=negative_binomial, "
+                         f"got --trial_count={flag_values.trial_count}")
     count = trial_count(flag_values)
     objective = family.objective(flag_values.objective)
     space = read_space(family.space, flag_values.search_space)

@@ -200,7 +200,8 @@ class TuningJob:
         worst = self.worst_trial_rdp
         naive = rdp_epsilon(trials_run * worst, self.delta) if trials_run > 0 else 0.0
         out = {"delta": self.delta, "accountant": "rdp", "trials_run": trials_run,
-               "trial_count": dataclasses.asdict(self.trials), "max_trials": self.max_trials,
+               "trial_count": None if self.tuner == "hyperband" else dataclasses.asdict(self.trials),
+               "max_trials": self.max_trials,
                "epsilon_naive_composition": naive, "epsilon_one_trial": rdp_epsilon(worst, self.delta)}
         if self.tuner == "random":
             if self.max_trials is None or not np.all(np.isfinite(worst)):
@@ -330,11 +331,12 @@ class TuningJob:
         best = pick(done, key=lambda r: r["objective"]) if done else None
         privacy = self.privacy(len(records))
         one = privacy["epsilon_one_trial"]
-        for r in records:  # the plan's event must bound what each trial's ledger spent
+        for r in records:  # the plan's event must bound what each trial's ledger spent (else a bug: loud)
             eps = r.get("epsilon")
             if eps is not None and math.isfinite(one) and eps > one * (1 + 1e-6) + 1e-9:
-                raise ConfigError(f"trial_event: trial {r['trial_id']} spent epsilon {eps:.6g}, more than the "
-                                  f"worst case {one:.6g} of the space's privacy configurations")
+                raise RuntimeError(f"trial {r['trial_id']} spent epsilon {eps:.6g}, more than the worst case "
+                                   f"{one:.6g} of the space's privacy configurations: the trials are kept in "
+                                   f"{output_dir}, tuning.json is not written")
         result = {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective), "trials_drawn": k,
                   "trials": records, "best": best, "privacy": privacy,
                   "space": {n: dict(s) for n, s in self.space.items()}}
