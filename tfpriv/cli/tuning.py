@@ -165,7 +165,12 @@ class TrialPlanner:
         return self.events[key]
 
     def check(self, values: dict) -> None:
-        """The settings checks that need no data, for one point of the space."""
+        """The settings checks that need no data, for one point of the space (values of the flag's type)."""
+        for name, value in values.items():
+            try:
+                self.flags[name].parser.parse(value)
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"not a value of --{name} ({exc})") from None
         settings = self.settings(values)
         check_privacy_flags(settings)
         self.job.training_run(settings, self.output_dir).validate()

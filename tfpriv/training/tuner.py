@@ -93,9 +93,14 @@ def check_space(space: Space, neutral: tuple[str, ...] = NEUTRAL_KEYS) -> None:
         if kind == "choice":
             if not isinstance(spec.get("values"), (list, tuple)) or not spec["values"]:
                 raise ConfigError(f"space.{name}: a choice needs a non-empty 'values' list")
+            if len({type(v) for v in spec["values"]}) > 1 or type(spec["values"][0]) not in (bool, int, float, str):
+                raise ConfigError(f"space.{name}: a choice's values must be numbers, strings or booleans, all of one "
+                                  f"type (keras-tuner's rule), got {list(spec['values'])}")
         elif kind in ("float", "int"):
-            if not ("min" in spec and "max" in spec and spec["min"] <= spec["max"]):
-                raise ConfigError(f"space.{name}: a {kind} range needs min <= max, got {dict(spec)}")
+            number = int if kind == "int" else (int, float)
+            bounds = [spec.get("min"), spec.get("max")]
+            if not all(isinstance(v, number) and not isinstance(v, bool) for v in bounds) or bounds[0] > bounds[1]:
+                raise ConfigError(f"space.{name}: a {kind} range needs {kind} min <= max, got {dict(spec)}")
             if spec.get("log") and not spec["min"] > 0:
                 raise ConfigError(f"space.{name}: a log range needs min > 0, got {spec['min']}")
             if name not in neutral:
