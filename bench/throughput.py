@@ -1,18 +1,33 @@
-"""Training throughput (examples/s) of every aggregation mode against non-private training.
+"""Cost of private training steps against the same model's non-private step, measured in one process.
 
-All runs share one process and one fixed batch (B=256 by default, so Poisson variation does
-not blur the comparison); each throughput is reported with its ratio to the non-private run
-of the same model. Models:
-  - MLP VAE  784-512-256-(2x10) / 10-256-512-784, sparse prior, Cauchy-MMD batch term (b=16)
-  - conv VAE (tfpriv's 28x28 conv encoder/decoder, latent 50), same prior and batch term
-  - MLP classifier 784-512-256-10: Keras non-private, tfpriv micro, TF Privacy's
-    DPKerasSGDOptimizer (one microbatch per example), TF Privacy's DPSequential (fast
-    clipping), and a tf.vectorized_map per-example-gradient loop.
+Every section builds one model per configuration (the first is the model's non-private step)
+and times them round-robin: each round runs `--steps` train steps of every configuration on
+the same fixed batch (B examples; a fixed batch so Poisson variation does not blur the
+comparison). A row's ratio is computed per round (non-private seconds / private seconds:
+throughput relative to non-private, higher is better) and reported as the median and
+interquartile range over `--rounds` rounds, so load that drifts during the run affects both
+sides of each ratio alike. Each section records the 1-minute load average at its start and end.
 
-Configurations are timed round-robin (every one once per round) and the median is reported,
-so load that drifts during the run affects all of them alike.
+Memory: the peak bytes held by TensorFlow's CPU allocator during one train step
+(`tf.config.experimental.get_memory_info` after `reset_memory_stats`, minus what was held
+before the step), i.e. the step's tensors; Python objects and the model's variables are not
+counted. Reported per row as the ratio to the non-private step's peak.
 
-    python bench/throughput.py [--batch_size=256] [--steps=20] [--repeats=3] [--out=bench/results.json]
+Sections (`--only`):
+  mlp_vae          784-512-256-(2x10) / 10-256-512-784, sparse prior, Cauchy-MMD batch term (b=16)
+  conv_vae         tfpriv's 28x28 conv encoder/decoder (latent 50), same prior and batch term
+  mlp_classifier   784-512-256-10: tfpriv micro, TF Privacy's DPSequential (fast clipping)
+                   and DPKerasSGDOptimizer (one microbatch per example)
+  conv_classifier  2 strided Conv2D + Dense: `tfpriv.make_private` and TF Privacy's
+                   DPKerasSGDOptimizer (its DPSequential has no Conv2D rule)
+  wgan_critic      DP-WGAN-GP critic gradient (clipping="per_example", second-order loss) against
+                   the non-private critic gradient (capacity 32, B from --gan_batch_size)
+
+    python bench/throughput.py [--batch_size=256] [--steps=3] [--rounds=15] [--only=...] [--out=bench/results.json]
+    python bench/throughput.py --scaling      # ratio vs batch size and width (bench/scaling.json, .png)
+    python bench/throughput.py --quick        # CI smoke test: tiny sizes, structure only
+
+Timings on a shared machine are noisy; compare the IQRs before reading a difference.
 """
 from __future__ import annotations
 
@@ -21,6 +36,7 @@ import os
 import platform
 import sys
 import time
+from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,79 +53,136 @@ from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.privacy.terms import LossTerms, TermSpec  # noqa: E402
 from tfpriv.training.dp_model import DPModel  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECTIONS = ("mlp_vae", "conv_vae", "mlp_classifier", "conv_classifier", "wgan_critic")
 flags.DEFINE_integer("batch_size", 256, "Batch size B.")
-flags.DEFINE_integer("steps", 20, "Timed steps per configuration (slow baselines use fewer).")
-flags.DEFINE_integer("repeats", 3, "Round-robin rounds; the median is reported.")
-flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"), "Output JSON.")
-flags.DEFINE_string("only", "", "Comma-separated sections to run: mlp_vae, conv_vae, classifier, conv_classifier.")
+flags.DEFINE_integer("steps", 3, "Train steps per configuration per round.")
+flags.DEFINE_integer("rounds", 15, "Round-robin rounds; ratios are reported as median and IQR over rounds.")
+flags.DEFINE_integer("gan_batch_size", 64, "Batch size of the wgan_critic section.")
+flags.DEFINE_string("out", "", "Output JSON (default bench/results.json, or bench/scaling.json with --scaling).")
+flags.DEFINE_string("only", "", f"Comma-separated sections: {', '.join(SECTIONS)}.")
+flags.DEFINE_bool("scaling", False, "Ratio of the term-wise VAE step against batch size and width.")
+flags.DEFINE_string("batch_sizes", "64,128,256,512,1024", "--scaling: batch sizes (at width x1).")
+flags.DEFINE_string("widths", "1,2,4,8", "--scaling: width multipliers (at --batch_size).")
+flags.DEFINE_bool("quick", False, "Smoke test: B=16, 1 step, 2 rounds, the MLP VAE only.")
 FLAGS = flags.FLAGS
 
 L = tf.keras.layers
+IMAGE = (28, 28, 1)
 
 
-class Timed:
-    """A compiled model on a fixed batch; `run()` times `steps` steps and returns examples/s."""
+# -- timing ------------------------------------------------------------------------------------------
+class Config:
+    """One configuration of a section: a callable running one train step, warmed up (traced)."""
 
-    def __init__(self, model, x, steps: int, y=None):
-        data = x if y is None else (x, y)
-        self.ds = tf.data.Dataset.from_tensors(data).repeat()
-        self.model, self.steps, self.n = model, steps, len(tf.nest.flatten(x)[0])
-        model.fit(self.ds, steps_per_epoch=2, epochs=1, verbose=0)   # trace + warm-up
+    def __init__(self, name: str, step: Callable[[], object], slow: bool = False):
+        self.name, self.step, self.slow = name, step, slow
+        step()
+        step()  # traced and warm
 
-    def run(self) -> float:
+    def seconds_per_step(self, steps: int) -> float:
+        steps = 1 if self.slow else steps
         start = time.perf_counter()
-        self.model.fit(self.ds, steps_per_epoch=self.steps, epochs=1, verbose=0)
-        return self.steps * self.n / (time.perf_counter() - start)
+        for _ in range(steps):
+            self.step()
+        return (time.perf_counter() - start) / steps
+
+    def peak_bytes(self) -> int:
+        """Peak bytes the CPU allocator held during one step, beyond what it held before."""
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        self.step()
+        return int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
 
 
-def _round_robin(section: str, timed: dict, repeats: int) -> list[dict]:
-    """Times every configuration once per round, `repeats` rounds; reports the median.
+def keras_step(model: tf.keras.Model, data) -> Callable[[], object]:
+    """One `train_step` of a compiled model on a fixed batch, through Keras's own train function."""
+    ds = tf.data.Dataset.from_tensors(data).repeat()
+    model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0)  # builds, prepares and traces
+    iterator = iter(ds)
+    return lambda: model.train_function(iterator)
 
-    Interleaving makes the ratios robust to load that drifts during the benchmark.
-    """
-    rates = {name: [] for name in timed}
-    for _ in range(repeats):
-        for name, t in timed.items():
-            rates[name].append(t.run())
+
+def _quantiles(values) -> dict:
+    q1, med, q3 = np.percentile(values, [25, 50, 75])
+    return {"median": float(med), "q1": float(q1), "q3": float(q3)}
+
+
+def run_section(section: str, configs: list[Config], steps: int, rounds: int, extra: dict | None = None) -> dict:
+    """Times `configs` round-robin; configs[0] is the non-private reference of every ratio."""
+    load_start = os.getloadavg()[0]
+    seconds = {c.name: [] for c in configs}
+    for _ in range(rounds):
+        for c in configs:
+            seconds[c.name].append(c.seconds_per_step(steps))
+    peaks = {c.name: c.peak_bytes() for c in configs}
+    load_end = os.getloadavg()[0]
+    base = np.array(seconds[configs[0].name])
     rows = []
-    for name, values in rates.items():
-        rows.append({"model": section, "config": name, "examples_per_s": float(np.median(values)),
-                     "rounds": [float(v) for v in values]})
-        print(f"  {section:15s} {name:44s} {np.median(values):9.1f} ex/s", flush=True)
-    return rows
+    for c in configs:
+        s = np.array(seconds[c.name])
+        ratio = _quantiles(base / s)
+        rows.append({"config": c.name, "ratio": ratio, "seconds_per_step": _quantiles(s),
+                     "examples_per_s_median": float(np.median(1.0 / s)) * (extra or {}).get("batch_size", 1),
+                     "peak_bytes": peaks[c.name], "peak_memory_ratio": peaks[c.name] / max(peaks[configs[0].name], 1),
+                     "seconds_per_round": [float(v) for v in s]})
+        print(f"  {section:16s} {c.name:46s} ratio {ratio['median']:6.3f} [{ratio['q1']:.3f}, {ratio['q3']:.3f}]"
+              f"  memory {rows[-1]['peak_memory_ratio']:5.2f}x", flush=True)
+    print(f"  {section}: load average {load_start:.1f} -> {load_end:.1f}", flush=True)
+    return {"section": section, **(extra or {}), "rounds": rounds, "steps_per_round": steps,
+            "load_average_start": load_start, "load_average_end": load_end, "rows": rows}
 
 
-def vae_section(kind: str, b: int, steps: int, repeats: int) -> list[dict]:
-    shape = (28, 28, 1)
-    x = (np.random.default_rng(0).random([b, *shape]) > 0.7).astype(np.float32)
-    timed = {}
-    configs = [
-        ("none", None),
-        ("micro (no batch term)", dict(aggregation="micro")),
-        ("micro (+MMD, cross terms)", dict(aggregation="micro", max_batch_size=b)),
-        ("batch", dict(aggregation="batch")),
-        ("termwise", dict(aggregation="termwise", num_partitions=16)),
-        ("termwise (reweight pass)", dict(aggregation="termwise", num_partitions=16, clipped_sum="reweight")),
-    ]
-    for name, kw in configs:
-        tf.keras.utils.set_random_seed(0)
-        if kind == "mlp":
-            enc = tf.keras.Sequential([tf.keras.Input(shape), L.Flatten(), L.Dense(512, activation="relu"),
-                                       L.Dense(256, activation="relu"), L.Dense(20)])
-            dec = tf.keras.Sequential([tf.keras.Input([10]), L.Dense(256, activation="relu"),
-                                       L.Dense(512, activation="relu"), L.Dense(784), L.Reshape(shape)])
-            latent = 10
-        else:
-            enc, dec = build_architecture("conv", shape, 50)
-            latent = 50
-        with_mmd = not name.startswith("micro (no")
-        vae = VAE(enc, dec, prior=SparseMixture(latent), alpha=100.0 if with_mmd else 0.0,
-                  regularizer=CauchyMMD() if with_mmd else None)
-        dp = None if kw is None else DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0,
-                                              expected_batch_size=b, verify=False, **kw)
-        vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=len(x) if dp else None)
-        timed[name] = Timed(vae, x, steps)
-    return _round_robin(f"{kind}_vae", timed, repeats)
+# -- models ------------------------------------------------------------------------------------------
+def _vae(kind: str, width: int, with_mmd: bool) -> VAE:
+    tf.keras.utils.set_random_seed(0)
+    if kind == "mlp":
+        latent = 10
+        enc = tf.keras.Sequential([tf.keras.Input(IMAGE), L.Flatten(), L.Dense(512 * width, activation="relu"),
+                                   L.Dense(256 * width, activation="relu"), L.Dense(2 * latent)])
+        dec = tf.keras.Sequential([tf.keras.Input([latent]), L.Dense(256 * width, activation="relu"),
+                                   L.Dense(512 * width, activation="relu"), L.Dense(784), L.Reshape(IMAGE)])
+    elif width == 1:
+        latent = 50
+        enc, dec = build_architecture("conv", IMAGE, latent)
+    else:
+        latent = 50
+        c1, c2, d = 32 * width, 64 * width, 256 * width
+        enc = tf.keras.Sequential([tf.keras.Input(IMAGE), L.Conv2D(c1, 4, strides=2, padding="same", activation="relu"),
+                                   L.Conv2D(c2, 4, strides=2, padding="same", activation="relu"), L.Flatten(),
+                                   L.Dense(d, activation="relu"), L.Dense(2 * latent)])
+        dec = tf.keras.Sequential([tf.keras.Input([latent]), L.Dense(d, activation="relu"),
+                                   L.Dense(7 * 7 * c2, activation="relu"), L.Reshape([7, 7, c2]),
+                                   L.Conv2DTranspose(c1, 4, strides=2, padding="same", activation="relu"),
+                                   L.Conv2DTranspose(1, 4, strides=2, padding="same")])
+    return VAE(enc, dec, prior=SparseMixture(latent), alpha=100.0 if with_mmd else 0.0,
+               regularizer=CauchyMMD() if with_mmd else None)
+
+
+VAE_CONFIGS = {
+    "none": None,
+    "micro (no batch term)": dict(aggregation="micro"),
+    "micro (+MMD, cross terms)": dict(aggregation="micro", max_batch_size="B"),
+    "batch": dict(aggregation="batch"),
+    "termwise": dict(aggregation="termwise", num_partitions=16),
+    "termwise (reweight pass)": dict(aggregation="termwise", num_partitions=16, clipped_sum="reweight"),
+}
+
+
+def vae_config(kind: str, name: str, b: int, width: int = 1) -> Config:
+    kw = VAE_CONFIGS[name]
+    vae = _vae(kind, width, with_mmd=not name.startswith("micro (no"))
+    dp = None
+    if kw is not None:
+        kw = {k: (b if v == "B" else v) for k, v in kw.items()}
+        dp = DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b, verify=False, **kw)
+    vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if dp else None)
+    x = (np.random.default_rng(0).random([b, *IMAGE]) > 0.7).astype(np.float32)
+    return Config(name, keras_step(vae, x))
+
+
+def vae_section(kind: str, b: int, steps: int, rounds: int, names=tuple(VAE_CONFIGS)) -> dict:
+    return run_section(f"{kind}_vae", [vae_config(kind, n, b) for n in names], steps, rounds, {"batch_size": b})
 
 
 def _mlp():
@@ -133,130 +206,177 @@ class _Classifier(DPModel):
         return LossTerms({"ce": tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)})
 
 
-class _VectorizedLoop(tf.keras.Model):
-    """Per-example gradients by tf.vectorized_map over examples, then clip, sum and noise."""
-
-    def __init__(self):
-        super().__init__()
-        self.net = tf.keras.Sequential(_mlp())
-
-    def train_step(self, data):
-        x, y = data
-        variables = self.net.trainable_variables
-
-        def one(args):
-            xi, yi = args
-            with tf.GradientTape() as tape:
-                loss = tf.keras.losses.sparse_categorical_crossentropy(yi[None], self.net(xi[None]), from_logits=True)
-            grads = tape.gradient(loss, variables)
-            norm = tf.linalg.global_norm(grads)
-            return [g * tf.minimum(1.0, 1.0 / norm) for g in grads]
-
-        per = tf.vectorized_map(one, (x, y))
-        sums = [tf.reduce_sum(g, 0) for g in per]
-        grads = [s / 256.0 + tf.random.normal(tf.shape(s), stddev=1.0 / 256.0) for s in sums]
-        self.optimizer.apply_gradients(zip(grads, variables))
-        return {}
+def _keras(layers, optimizer, loss, data) -> Callable[[], object]:
+    model = tf.keras.Sequential(layers) if isinstance(layers, list) else layers
+    model.compile(optimizer, loss)
+    return keras_step(model, data)
 
 
-def classifier_section(b: int, steps: int, repeats: int) -> list[dict]:
+def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
     from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry
     from tensorflow_privacy.privacy.keras_models.dp_keras_model import DPSequential
     from tensorflow_privacy.privacy.optimizers.dp_optimizer_keras import DPKerasSGDOptimizer
 
     rng = np.random.default_rng(0)
-    x = rng.random([b, 784]).astype(np.float32)
-    y = rng.integers(0, 10, [b]).astype(np.int64)
-    timed = {}
-    model = tf.keras.Sequential(_mlp())
-    model.compile(tf.keras.optimizers.SGD(1e-3), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    timed["none (Keras)"] = Timed(model, x, steps, y)
-
+    data = (rng.random([b, 784]).astype(np.float32), rng.integers(0, 10, [b]).astype(np.int64))
+    xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    configs = [Config("none (Keras)", _keras(_mlp(), tf.keras.optimizers.SGD(1e-3), xent, data))]
     ours = _Classifier()
-    ours.compile(tf.keras.optimizers.SGD(1e-3),
-                 dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b, verify=False),
-                 num_examples=len(x))
-    timed["tfpriv micro (ghost norms + book-keeping)"] = Timed(ours, (x, y), steps)
-
+    ours.compile(tf.keras.optimizers.SGD(1e-3), dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                            expected_batch_size=b, verify=False), num_examples=b)
+    configs.append(Config("tfpriv micro (ghost norms + book-keeping)", keras_step(ours, data)))
     fast = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.0, layer_registry=layer_registry.make_default_layer_registry(),
                         layers=_mlp(), use_xla=False)
-    fast.compile(tf.keras.optimizers.SGD(1e-3), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    timed["TF Privacy DPSequential (fast clipping)"] = Timed(fast, x, steps, y)
-
-    vec = _VectorizedLoop()
-    vec.compile(tf.keras.optimizers.SGD(1e-3))
-    timed["tf.vectorized_map per-example loop"] = Timed(vec, x, max(2, steps // 10), y)
-
+    configs.append(Config("TF Privacy DPSequential (fast clipping)", _keras(fast, tf.keras.optimizers.SGD(1e-3), xent, data)))
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=b, learning_rate=1e-3)
-    model = tf.keras.Sequential(_mlp())
-    model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"))
-    timed[f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)"] = Timed(model, x, 2, y)
-    rows = _round_robin("mlp_classifier", timed, repeats)
-    return rows
+    configs.append(Config(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)",
+                          _keras(_mlp(), opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+                                 data), slow=True))
+    return run_section("mlp_classifier", configs, steps, rounds, {"batch_size": b})
 
 
-def conv_classifier_section(b: int, steps: int, repeats: int) -> list[dict]:
-    """A small MNIST-sized convnet: Keras, `tfpriv.make_private` (ghost norms for Conv2D/Dense),
-    and TF Privacy's DPKerasSGDOptimizer (its fast-clipping DPSequential has no Conv2D rule)."""
+def conv_classifier_section(b: int, steps: int, rounds: int) -> dict:
     from tensorflow_privacy import DPKerasSGDOptimizer
 
     import tfpriv
 
     def convnet():
         tf.keras.utils.set_random_seed(0)
-        return tf.keras.Sequential([L.Input([28, 28, 1]), L.Conv2D(16, 5, strides=2, padding="same", activation="relu"),
+        return tf.keras.Sequential([L.Input(IMAGE), L.Conv2D(16, 5, strides=2, padding="same", activation="relu"),
                                     L.Conv2D(32, 5, strides=2, padding="same", activation="relu"), L.Flatten(),
                                     L.Dense(64, activation="relu"), L.Dense(10)])
 
     rng = np.random.default_rng(0)
-    x = rng.random([b, 28, 28, 1], dtype=np.float32)
-    y = rng.integers(0, 10, b).astype(np.int32)
+    data = (rng.random([b, *IMAGE], dtype=np.float32), rng.integers(0, 10, b).astype(np.int32))
     xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-    timed = {}
-    model = convnet()
-    model.compile(tf.keras.optimizers.SGD(1e-3), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    timed["none (Keras)"] = Timed(model, x, steps, y)
+    configs = [Config("none (Keras)", _keras(convnet(), tf.keras.optimizers.SGD(1e-3),
+                                             tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), data))]
     ours = tfpriv.make_private(convnet(), loss=xent, config=DPConfig(aggregation="micro", l2_norm_clip=1.0,
                                                                      noise_multiplier=1.0, verify=False),
                                num_examples=60000, batch_size=b)
     ours.compile(tf.keras.optimizers.SGD(1e-3))
-    timed["tfpriv make_private (micro, ghost norms)"] = Timed(ours, x, steps, y)
+    configs.append(Config("tfpriv make_private (micro, ghost norms)", keras_step(ours, data)))
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=b, learning_rate=1e-3)
-    model = convnet()
-    model.compile(opt, xent)
-    timed[f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)"] = Timed(model, x, 2, y)
-    return _round_robin("conv_classifier", timed, repeats)
+    configs.append(Config(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)", _keras(convnet(), opt, xent, data),
+                          slow=True))
+    return run_section("conv_classifier", configs, steps, rounds, {"batch_size": b})
+
+
+def wgan_critic_section(b: int, steps: int, rounds: int) -> dict:
+    """The critic's gradient and update (the generator step, the same in both, is left out)."""
+    from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
+
+    rng = np.random.default_rng(0)
+    batch = {"image": tf.constant(rng.random((b, *IMAGE), dtype=np.float32)),
+             "label": tf.constant(rng.integers(0, 10, b).astype(np.int32))}
+    configs = []
+    for name, dp in [("none", DPConfig(aggregation="none", num_partitions=1)),
+                     ("micro, clipping=per_example", DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5,
+                                                              expected_batch_size=float(b), clipping="per_example",
+                                                              seed=0, verify=False))]:
+        model = make_dpwgan_gp(capacity=32, num_classes=10, seed=0)
+        model.compile(dp_adam(4e-4), dp_adam(4e-4), dp, num_examples=60000)
+        model.prepare(batch)
+
+        @tf.function
+        def critic_step(model=model):
+            grads, _ = model.engine.gradients(model.loss_fn, model.private_inputs(batch))
+            model.optimizer.apply_gradients(zip(grads, model.engine.variables))
+
+        configs.append(Config(name, critic_step))
+    return run_section("wgan_critic", configs, steps, rounds, {"batch_size": b})
+
+
+# -- scaling -----------------------------------------------------------------------------------------
+def scaling(batch_sizes: list[int], widths: list[int], b: int, steps: int, rounds: int) -> list[dict]:
+    """Term-wise ratio of the MLP and conv VAEs against batch size (width x1) and width (batch `b`)."""
+    out = []
+    for kind in ("mlp", "conv"):
+        for axis, values in (("batch_size", batch_sizes), ("width", widths)):
+            for value in values:
+                bb, w = (value, 1) if axis == "batch_size" else (b, value)
+                configs = [vae_config(kind, n, bb, w) for n in ("none", "termwise")]
+                rec = run_section(f"{kind}_vae", configs, steps, rounds, {"batch_size": bb})
+                out.append({"model": f"{kind}_vae", "axis": axis, "batch_size": bb, "width": w, **rec})
+                del configs
+                tf.keras.backend.clear_session()
+    return out
+
+
+def plot_scaling(records: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, axis in zip(axes, ("batch_size", "width")):
+        for model in ("mlp_vae", "conv_vae"):
+            recs = [r for r in records if r["model"] == model and r["axis"] == axis]
+            if not recs:
+                continue
+            xs = [r[axis] for r in recs]
+            ratios = [r["rows"][1]["ratio"] for r in recs]
+            med = np.array([q["median"] for q in ratios])
+            err = np.array([[m - q["q1"] for m, q in zip(med, ratios)], [q["q3"] - m for m, q in zip(med, ratios)]])
+            ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=f"{model} termwise")
+        ax.axhline(0.8, color="grey", linestyle=":", label="target 0.8")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (width x1)" if axis == "batch_size" else "width multiplier (B fixed)")
+        ax.set_ylabel("throughput ratio to non-private (median, IQR)")
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    loads = [r["load_average_start"] for r in records] + [r["load_average_end"] for r in records]
+    fig.suptitle(f"Private term-wise VAE step vs non-private (2 CPU cores, load average {min(loads):.1f}-{max(loads):.1f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+# -- main --------------------------------------------------------------------------------------------
+def _header() -> dict:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "tensorflow": tf.__version__,
+            "command": "python bench/throughput.py " + " ".join(sys.argv[1:]),
+            "memory": "peak bytes of TensorFlow's CPU allocator during one train step (get_memory_info), "
+                      "beyond what it held before the step"}
 
 
 def main(argv):
     del argv
-    b, steps, repeats = FLAGS.batch_size, FLAGS.steps, FLAGS.repeats
-    sections = FLAGS.only.split(",") if FLAGS.only else ["mlp_vae", "conv_vae", "classifier", "conv_classifier"]
-    rows = []
-    print(f"tfpriv throughput, B={b}, {steps} timed steps, median of {repeats} round-robin rounds; "
-          f"{os.cpu_count()} CPUs, TF {tf.__version__}, load average {os.getloadavg()[0]:.1f}", flush=True)
-    if "mlp_vae" in sections:
-        rows += vae_section("mlp", b, steps, repeats)
-    if "conv_vae" in sections:
-        rows += vae_section("conv", b, max(4, steps // 4), repeats)
-    if "classifier" in sections:
-        rows += classifier_section(b, steps, repeats)
+    b, steps, rounds = FLAGS.batch_size, FLAGS.steps, FLAGS.rounds
+    if FLAGS.quick:
+        b, steps, rounds = 16, 1, 2
+    print(f"tfpriv throughput, B={b}, {steps} steps x {rounds} rounds; {os.cpu_count()} CPUs, TF {tf.__version__}",
+          flush=True)
+    if FLAGS.scaling:
+        sizes = [int(v) for v in FLAGS.batch_sizes.split(",") if v]
+        widths = [int(v) for v in FLAGS.widths.split(",") if v]
+        records = scaling(sizes, widths, b, steps, rounds)
+        out = FLAGS.out or os.path.join(HERE, "scaling.json")
+        with open(out, "w") as f:
+            json.dump({**_header(), "records": records}, f, indent=1)
+        plot_scaling(records, os.path.splitext(out)[0] + ".png")
+        print(f"written to {out} and {os.path.splitext(out)[0]}.png")
+        return
+    sections = FLAGS.only.split(",") if FLAGS.only else list(SECTIONS)
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise app.UsageError(f"--only: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    results = []
+    if FLAGS.quick:
+        results.append(vae_section("mlp", b, steps, rounds, names=("none", "termwise")))
+        sections = []
+    for kind in ("mlp", "conv"):
+        if f"{kind}_vae" in sections:
+            results.append(vae_section(kind, b, steps, rounds))
+    if "mlp_classifier" in sections:
+        results.append(mlp_classifier_section(b, steps, rounds))
     if "conv_classifier" in sections:
-        rows += conv_classifier_section(b, steps, repeats)
-    base = {}
-    for r in rows:
-        if r["config"].startswith("none"):
-            base[r["model"]] = r["examples_per_s"]
-    print(f"\n{'model':16s} {'configuration':44s} {'examples/s':>11s} {'ratio':>7s}")
-    for r in rows:
-        r["ratio_to_non_private"] = r["examples_per_s"] / base[r["model"]]
-        print(f"{r['model']:16s} {r['config']:44s} {r['examples_per_s']:11.1f} {r['ratio_to_non_private']:7.3f}")
-    record = {"load_average_at_end": os.getloadavg()[0], "batch_size": b, "timed_steps": steps, "repeats": repeats, "cpus": os.cpu_count(),
-              "platform": platform.platform(), "tensorflow": tf.__version__,
-              "command": "python bench/throughput.py " + " ".join(sys.argv[1:]), "rows": rows}
-    with open(FLAGS.out, "w") as f:
-        json.dump(record, f, indent=2)
-    print(f"\nwritten to {FLAGS.out}")
+        results.append(conv_classifier_section(b, steps, rounds))
+    if "wgan_critic" in sections:
+        results.append(wgan_critic_section(FLAGS.gan_batch_size, steps, rounds))
+    out = FLAGS.out or os.path.join(HERE, "results.json")
+    with open(out, "w") as f:
+        json.dump({**_header(), "batch_size": b, "sections": results}, f, indent=1)
+    print(f"written to {out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""bench/throughput.py --quick: the benchmark runs end to end and writes a well-formed record.
+
+A smoke test only: it asserts structure and finite values, never speed.
+"""
+import json
+import math
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT
+
+
+def test_quick_run_writes_ratios_with_iqr_load_and_memory(tmp_path):
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "throughput.py"), "--quick", f"--out={out}"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["command"].startswith("python bench/throughput.py --quick")
+    (section,) = record["sections"]
+    assert section["section"] == "mlp_vae" and section["rounds"] == 2
+    assert all(section[k] >= 0 for k in ("load_average_start", "load_average_end"))
+    assert [r["config"] for r in section["rows"]] == ["none", "termwise"]
+    none, termwise = section["rows"]
+    assert none["ratio"] == {"median": 1.0, "q1": 1.0, "q3": 1.0} and none["peak_memory_ratio"] == 1.0
+    for row in (none, termwise):
+        assert row["ratio"]["q1"] <= row["ratio"]["median"] <= row["ratio"]["q3"]
+        assert len(row["seconds_per_round"]) == 2 and all(s > 0 for s in row["seconds_per_round"])
+        assert row["peak_bytes"] > 0 and math.isfinite(row["peak_memory_ratio"])
+    assert "termwise" in proc.stdout and "load average" in proc.stdout
+
