@@ -201,3 +201,21 @@ def test_the_neutral_hyperparameters_do_not_change_a_trials_privacy_event(tmp_pa
                 assert planner.event({name: value}) == base, name
         assert planner.event({"batch_size": 80}) != base  # a choice that does change it
     assert not (tmp_path / "tune").exists()
+
+
+def test_ctrl_c_keeps_the_trials_and_the_drawn_count(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during a trial: exit 130, one line saying where the trials' checkpoints are; the
+    folder (with K in tuning_plan.json) is kept, so the same command continues the job."""
+    def interrupted_trial(self, values, trial_dir):
+        os.makedirs(os.path.join(trial_dir, "checkpoints"))
+        open(os.path.join(trial_dir, "checkpoints", "ckpt-1.index"), "w").close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrialPlanner, "run_trial", interrupted_trial)
+    out = tmp_path / "tune"
+    proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--mean_trials=2", f"--search_space={SPACE}", "--seed=5",
+                    capsys=capsys)
+    assert proc.returncode == 130
+    assert proc.stderr.strip() == (f"interrupted: checkpoints are in {out / 'trials'}; run the same command again "
+                                   "(same --output_dir) to resume")
+    assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == 2

@@ -75,6 +75,8 @@ def prepare(argv=None):
         raise UsageError(f"--mode: must be one of {', '.join(common_flags.MODES)}, got {FLAGS.mode!r}")
     settings = read_settings(job, FLAGS, model=FLAGS.model)
     tuning.check_flags(FLAGS)
+    if FLAGS.tune:
+        job = tuning.as_tuning_job(job)
     if FLAGS.audit and FLAGS.mode != "train":
         raise UsageError(f"--audit: audits the model a training run would build; not with --mode={FLAGS.mode}")
     if FLAGS.mode == "sample":

@@ -29,7 +29,7 @@ from tfpriv.cli.pipeline import check_privacy_flags
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
-from tfpriv.training.tuner import NEUTRAL_KEYS, TUNERS, Objective, TuningJob, privacy_configurations
+from tfpriv.training.tuner import NEUTRAL_KEYS, TRIALS_DIR, TUNERS, Objective, TuningJob, privacy_configurations
 
 flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, in OUTPUT_DIR/trials/<id>) "
                      "and write OUTPUT_DIR/tuning.json with the best configuration and the epsilon of the whole job.")
@@ -84,6 +84,12 @@ def check_flags(flag_values: flags.FlagValues) -> None:
         raise UsageError(f"--tune: tunes training runs; not with --mode={flag_values.mode}")
     if flag_values.audit:
         raise UsageError("--tune: not with --audit")
+
+
+def as_tuning_job(job: Job) -> Job:
+    """The job as `--tune` runs it: its runs, with their checkpoints, are in OUTPUT_DIR/trials (where
+    train.py's error and Ctrl-C handling look for work to keep)."""
+    return dataclasses.replace(job, checkpoint_subdir=TRIALS_DIR)
 
 
 def read_space(default: Mapping[str, Mapping], given: str | None) -> dict:
@@ -156,7 +162,7 @@ class TrialPlanner:
         trained or written), every planned step a Poisson-sampled Gaussian."""
         key = json.dumps(values, sort_keys=True)
         if key not in self.events:
-            run = self.job.training_run(self.settings(values), os.path.join(self.output_dir, "trials", "_planning"))
+            run = self.job.training_run(self.settings(values), os.path.join(self.output_dir, TRIALS_DIR, "_planning"))
             plan = run.setup()
             self.delta = plan.delta
             self.events[key] = (training_event([(plan.sampling_rate, plan.effective_noise_multiplier,

@@ -53,6 +53,7 @@ TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
 NEUTRAL_KEYS = ("learning_rate", "l2_norm_clip")
 PLAN_FILE, RESULT_FILE, TRIAL_FILE = "tuning_plan.json", "tuning.json", "tuning_trial.json"
+TRIALS_DIR = "trials"  # OUTPUT_DIR/trials/<trial id>: one run folder per trial
 
 Space = Mapping[str, Mapping]
 TrialFn = Callable[[dict, str], dict]
@@ -282,7 +283,7 @@ class TuningJob:
                 values = define(trial.hyperparameters, job.space)
                 if "tuner/epochs" in trial.hyperparameters.values:  # hyperband's budget
                     values[job.budget_key] = int(trial.hyperparameters.values["tuner/epochs"])
-                trial_dir = os.path.join(output_dir, "trials", trial.trial_id)
+                trial_dir = os.path.join(output_dir, TRIALS_DIR, trial.trial_id)
                 results = job.trial_fn(values, trial_dir)
                 try:
                     score = job.objective.score(results)
@@ -321,7 +322,7 @@ class TuningJob:
         records = []
         for trial_id in oracle.start_order:
             trial = oracle.trials[trial_id]
-            trial_dir = os.path.join(output_dir, "trials", trial_id)
+            trial_dir = os.path.join(output_dir, TRIALS_DIR, trial_id)
             record = {"trial_id": trial_id, "status": trial.status, "objective": trial.score,
                       "values": {n: trial.hyperparameters.values.get(n) for n in self.space}}
             if os.path.isfile(os.path.join(trial_dir, TRIAL_FILE)):
