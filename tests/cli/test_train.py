@@ -32,7 +32,8 @@ FAST = ["--epochs=1", "--eval_importance_samples=5", "--eval_examples=50", "--ve
     (["--epsilon=1e-9", "--epochs=50"], "--epsilon"),
     (["--aggregation=mean"], "--aggregation"),
     (["--accountant=gdp"], "--accountant"),
-    (["--epochs=notanumber"], "epochs"),
+    (["--epochs=notanumber"], "--epochs: invalid value 'notanumber'"),
+    (["--seed=-1"], "--seed: invalid value '-1'"),
     (["--prior=laplace"], "--prior"),
     (["--prior_gamma=2"], "--prior_gamma"),  # the prior's `gamma` is --prior_gamma
     (["--num_samples_L=0"], "--num_samples_L"),
