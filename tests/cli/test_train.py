@@ -109,6 +109,9 @@ def test_unwritable_output_dir_is_one_line(tmp_path, capsys, monkeypatch):
     line = assert_one_line_error(train_py(f"--output_dir={blocker}/run", *FAST, capsys=capsys), "--output_dir")
     assert "is not a directory" in line
     assert_one_line_error(train_py(f"--output_dir={blocker}", *FAST, capsys=capsys), "--output_dir")
+    long_name = tmp_path / ("x" * 300) / "run"  # was an OSError traceback after loading and building
+    line = assert_one_line_error(train_py(f"--output_dir={long_name}", *FAST, capsys=capsys), "--output_dir")
+    assert line.endswith("a folder name longer than 255 bytes")
     monkeypatch.setattr(cli_main.os, "access", lambda path, mode: False)  # tests run as root
     line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/new/run", *FAST, capsys=capsys), "--output_dir")
     assert "permission denied" in line and not (tmp_path / "new").exists()

@@ -57,13 +57,18 @@ def check_writable(output_dir: str) -> None:
     path = os.path.abspath(output_dir)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"--output_dir: {output_dir} exists and is not a directory")
-    parent = path
+    parent, missing = path, []
     while not os.path.exists(parent):
+        missing.append(os.path.basename(parent))
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UsageError(f"--output_dir: cannot create {output_dir}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--output_dir: cannot write to {parent} (permission denied)")
+    name_max = os.pathconf(parent, "PC_NAME_MAX")
+    too_long = [name for name in missing if len(os.fsencode(name)) > name_max]
+    if too_long:
+        raise UsageError(f"--output_dir: cannot create {output_dir}: a folder name longer than {name_max} bytes")
 
 
 def prepare(argv=None):
