@@ -328,7 +328,8 @@ class TuningJob:
             if os.path.isfile(os.path.join(trial_dir, TRIAL_FILE)):
                 with open(os.path.join(trial_dir, TRIAL_FILE)) as f:
                     record.update(json.load(f))
-                record["results"] = os.path.join(trial_dir, "results.json")
+                if os.path.isfile(os.path.join(trial_dir, "results.json")):  # a trial_fn may write none
+                    record["results"] = os.path.join(trial_dir, "results.json")
             elif trial.message:
                 record["error"] = trial.message.strip().splitlines()[-1]
             records.append(record)
