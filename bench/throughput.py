@@ -7,6 +7,8 @@ comparison). A row's ratio is computed per round (non-private seconds / private 
 throughput relative to non-private, higher is better) and reported as the median and
 interquartile range over `--rounds` rounds, so load that drifts during the run affects both
 sides of each ratio alike. Each section records the 1-minute load average at its start and end.
+The VAEs' termwise rows are compared with the non-private step whose batch term (MMD) sees the
+same 16 partitions, the other rows with the one over the whole batch (as micro and batch use it).
 
 Memory: the peak bytes held by TensorFlow's CPU allocator during one train step
 (`tf.config.experimental.get_memory_info` after `reset_memory_stats`, minus what was held
@@ -73,10 +75,13 @@ IMAGE = (28, 28, 1)
 
 # -- timing ------------------------------------------------------------------------------------------
 class Config:
-    """One configuration of a section: a callable running one train step, warmed up (traced)."""
+    """One configuration of a section: a callable running one train step, warmed up (traced).
 
-    def __init__(self, name: str, step: Callable[[], object], slow: bool = False):
-        self.name, self.step, self.slow = name, step, slow
+    reference: the configuration its ratio is taken against (default: the section's first).
+    """
+
+    def __init__(self, name: str, step: Callable[[], object], slow: bool = False, reference: str | None = None):
+        self.name, self.step, self.slow, self.reference = name, step, slow, reference
         step()
         step()  # traced and warm
 
@@ -109,7 +114,7 @@ def _quantiles(values) -> dict:
 
 
 def run_section(section: str, configs: list[Config], steps: int, rounds: int, extra: dict | None = None) -> dict:
-    """Times `configs` round-robin; configs[0] is the non-private reference of every ratio."""
+    """Times `configs` round-robin; ratios are against each config's reference (default configs[0])."""
     load_start = os.getloadavg()[0]
     seconds = {c.name: [] for c in configs}
     for _ in range(rounds):
@@ -117,14 +122,14 @@ def run_section(section: str, configs: list[Config], steps: int, rounds: int, ex
             seconds[c.name].append(c.seconds_per_step(steps))
     peaks = {c.name: c.peak_bytes() for c in configs}
     load_end = os.getloadavg()[0]
-    base = np.array(seconds[configs[0].name])
     rows = []
     for c in configs:
+        reference = c.reference or configs[0].name
         s = np.array(seconds[c.name])
-        ratio = _quantiles(base / s)
-        rows.append({"config": c.name, "ratio": ratio, "seconds_per_step": _quantiles(s),
+        ratio = _quantiles(np.array(seconds[reference]) / s)
+        rows.append({"config": c.name, "reference": reference, "ratio": ratio, "seconds_per_step": _quantiles(s),
                      "examples_per_s_median": float(np.median(1.0 / s)) * (extra or {}).get("batch_size", 1),
-                     "peak_bytes": peaks[c.name], "peak_memory_ratio": peaks[c.name] / max(peaks[configs[0].name], 1),
+                     "peak_bytes": peaks[c.name], "peak_memory_ratio": peaks[c.name] / max(peaks[reference], 1),
                      "seconds_per_round": [float(v) for v in s]})
         print(f"  {section:16s} {c.name:46s} ratio {ratio['median']:6.3f} [{ratio['q1']:.3f}, {ratio['q3']:.3f}]"
               f"  memory {rows[-1]['peak_memory_ratio']:5.2f}x", flush=True)
@@ -159,8 +164,11 @@ def _vae(kind: str, width: int, with_mmd: bool) -> VAE:
                regularizer=CauchyMMD() if with_mmd else None)
 
 
+# The non-private references: the batch term over the whole batch (micro, batch) or over the
+# same 16 partitions as termwise, so a ratio measures privatization only, not the partitioning.
 VAE_CONFIGS = {
     "none": None,
+    "none (16 partitions)": dict(aggregation="none", num_partitions=16),
     "micro (no batch term)": dict(aggregation="micro"),
     "micro (+MMD, cross terms)": dict(aggregation="micro", max_batch_size="B"),
     "batch": dict(aggregation="batch"),
@@ -173,12 +181,14 @@ def vae_config(kind: str, name: str, b: int, width: int = 1) -> Config:
     kw = VAE_CONFIGS[name]
     vae = _vae(kind, width, with_mmd=not name.startswith("micro (no"))
     dp = None
-    if kw is not None:
+    if kw is not None and kw["aggregation"] == "none":
+        dp = DPConfig(**kw)
+    elif kw is not None:
         kw = {k: (b if v == "B" else v) for k, v in kw.items()}
         dp = DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b, verify=False, **kw)
-    vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if dp else None)
+    vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if dp and dp.private else None)
     x = (np.random.default_rng(0).random([b, *IMAGE]) > 0.7).astype(np.float32)
-    return Config(name, keras_step(vae, x))
+    return Config(name, keras_step(vae, x), reference="none (16 partitions)" if name.startswith("termwise") else None)
 
 
 def vae_section(kind: str, b: int, steps: int, rounds: int, names=tuple(VAE_CONFIGS)) -> dict:
@@ -295,7 +305,7 @@ def scaling(batch_sizes: list[int], widths: list[int], b: int, steps: int, round
         for axis, values in (("batch_size", batch_sizes), ("width", widths)):
             for value in values:
                 bb, w = (value, 1) if axis == "batch_size" else (b, value)
-                configs = [vae_config(kind, n, bb, w) for n in ("none", "termwise")]
+                configs = [vae_config(kind, n, bb, w) for n in ("none (16 partitions)", "termwise")]
                 rec = run_section(f"{kind}_vae", configs, steps, rounds, {"batch_size": bb})
                 out.append({"model": f"{kind}_vae", "axis": axis, "batch_size": bb, "width": w, **rec})
                 del configs
@@ -362,7 +372,7 @@ def main(argv):
         raise app.UsageError(f"--only: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     results = []
     if FLAGS.quick:
-        results.append(vae_section("mlp", b, steps, rounds, names=("none", "termwise")))
+        results.append(vae_section("mlp", b, steps, rounds, names=("none (16 partitions)", "termwise")))
         sections = []
     for kind in ("mlp", "conv"):
         if f"{kind}_vae" in sections:

@@ -20,7 +20,8 @@ def test_quick_run_writes_ratios_with_iqr_load_and_memory(tmp_path):
     (section,) = record["sections"]
     assert section["section"] == "mlp_vae" and section["rounds"] == 2
     assert all(section[k] >= 0 for k in ("load_average_start", "load_average_end"))
-    assert [r["config"] for r in section["rows"]] == ["none", "termwise"]
+    assert [r["config"] for r in section["rows"]] == ["none (16 partitions)", "termwise"]
+    assert all(r["reference"] == "none (16 partitions)" for r in section["rows"])
     none, termwise = section["rows"]
     assert none["ratio"] == {"median": 1.0, "q1": 1.0, "q3": 1.0} and none["peak_memory_ratio"] == 1.0
     for row in (none, termwise):

@@ -1,0 +1,108 @@
+"""Where a private VAE step's time goes: cumulative sub-steps of the fast (ghost-norm) path.
+
+Each stage is a `tf.function` that repeats the previous stages and adds one (forward with layer
+taps; the backward passes to the layer outputs; per-layer factors; per-example norms;
+per-partition or micro norms; the whole privatized gradient), timed round-robin with the
+non-private gradient (forward + backward) of the same model; printed as median seconds and
+median per-round ratio to the non-private gradient. Differences between consecutive stages are
+the cost of the stage.
+
+    python bench/profile_step.py [--architecture=conv] [--aggregation=termwise] [--batch_size=256] [--rounds=7]
+
+(--batch_size and --rounds are bench/throughput.py's flags.)
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from bench.throughput import IMAGE, _vae  # noqa: E402
+from tfpriv.privacy.config import DPConfig  # noqa: E402
+
+flags.DEFINE_enum("architecture", "conv", ["conv", "mlp"], "The VAE of bench/throughput.py.")
+flags.DEFINE_enum("aggregation", "termwise", ["termwise", "micro"], "Private mode (with the MMD batch term).")
+FLAGS = flags.FLAGS
+
+
+def stages(vae, engine, x) -> dict:
+    b = tf.shape(x)[0]
+
+    def fast_pass():
+        layout = engine.layout(b)
+        return engine._pass(vae.loss_fn, x, layout, b)[0]
+
+    def non_private():
+        layout = engine.layout(b)
+        with tf.GradientTape() as tape:
+            terms = vae.loss_fn(x, layout)
+            loss = tf.reduce_mean(terms.sample_total()) + tf.reduce_mean(terms.batch_total(layout.num_partitions))
+        return tape.gradient(loss, engine.variables)
+
+    def forward():
+        return engine._forward(vae.loss_fn, x, engine.layout(b))[2]
+
+    def backward():
+        p = fast_pass()
+        return [g for g in p.g_phi + (p.g_psi or []) if g is not None]
+
+    def factors():
+        p = fast_pass()
+        found = list(p._quantities("phi").values()) + list(p._quantities("psi").values())
+        return [t for _, q in found for t in tf.nest.flatten(q) if t is not None]
+
+    def sample_norms():
+        return fast_pass().sample_sq_norms()
+
+    def group_norms():
+        p = fast_pass()
+        return p.sample_sq_norms(), (p.micro_sq_norms() if engine.config.aggregation == "micro"
+                                     else p.partition_sq_norms())
+
+    def whole():
+        return engine.gradients(vae.loss_fn, x)[0]
+
+    fns = {"non-private gradient": non_private, "forward with taps": forward,
+           "+ backward to layer outputs": backward, "+ per-layer factors": factors,
+           "+ per-example norms": sample_norms, "+ group norms": group_norms,
+           "whole private gradient": whole}
+    return {k: tf.function(f) for k, f in fns.items()}
+
+
+def main(argv):
+    del argv
+    b = FLAGS.batch_size
+    kw = (dict(aggregation="termwise", num_partitions=16) if FLAGS.aggregation == "termwise"
+          else dict(aggregation="micro", max_batch_size=b))
+    vae = _vae(FLAGS.architecture, 1, with_mmd=True)
+    vae.compile(tf.keras.optimizers.SGD(1e-3), num_examples=b,
+                dp=DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b,
+                            verify=False, **kw))
+    x = tf.constant((np.random.default_rng(0).random([b, *IMAGE]) > 0.7).astype(np.float32))
+    engine = vae.prepare(x)
+    fns = stages(vae, engine, x)
+    for f in fns.values():
+        f()
+        f()
+    load = os.getloadavg()[0]
+    seconds = {k: [] for k in fns}
+    for _ in range(FLAGS.rounds):
+        for k, f in fns.items():
+            start = time.perf_counter()
+            f()
+            seconds[k].append(time.perf_counter() - start)
+    base = np.array(seconds["non-private gradient"])
+    print(f"{FLAGS.architecture} VAE, {FLAGS.aggregation}, B={b}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    for k, s in seconds.items():
+        print(f"  {k:30s} {np.median(s) * 1e3:8.1f} ms   ratio to non-private gradient {np.median(np.array(s) / base):5.2f}")
+
+
+if __name__ == "__main__":
+    app.run(main)
