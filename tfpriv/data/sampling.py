@@ -12,6 +12,11 @@ of epoch s // steps_per_epoch). A resumed run passes `start_step` = the steps al
 and draws exactly the batches the uninterrupted run would have drawn, never a replay.
 `new_sampling_seed()` draws the seed from the OS when the user gives none; the runner
 checkpoints it with the ledger.
+
+Every element is a global batch. Under `tf.distribute`, every worker runs the same pipeline
+with the same seed; the strategy splits each global batch into one piece per replica (in
+order) and, with the DATA auto-shard policy set here, each worker keeps its own pieces of that
+same batch (never a different batch per worker, never the whole batch on every worker).
 """
 from __future__ import annotations
 
@@ -54,6 +59,13 @@ def _check_seed(seed: int) -> int:
     return int(seed)
 
 
+def _global_batches(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """`ds` with DATA auto-sharding: split every global batch across all replicas (see above)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
+
+
 def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0) -> tf.data.Dataset:
     """Endless dataset of Poisson-sampled batches; the batch of step s depends on (seed, s) only."""
     parts = _as_tuple(arrays)
@@ -70,7 +82,7 @@ def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0
             step += 1
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
-    return ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)
+    return _global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2))
 
 
 def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
@@ -93,7 +105,7 @@ def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> 
             epoch, slot = epoch + 1, 0
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
-    return ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)
+    return _global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2))
 
 
 def sampling_rate_and_steps(num_examples: int, batch_size: int, sampling: str) -> tuple[float, int]:

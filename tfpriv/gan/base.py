@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
-from tfpriv.privacy.rng import stream_generator
+from tfpriv.privacy.rng import replica_rows, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
 
@@ -61,6 +61,11 @@ class PrivateWGAN(DPModel):
         if dp.private and dp.aggregation != "micro":
             raise ConfigError(f"aggregation: a private GAN critic needs per-example clipping (micro), got {dp.aggregation!r}")
         self.check_config(dp)
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        if self.critic_steps > 1 and replicas > 1:
+            raise ConfigError(f"critic_steps: {self.critic_steps} > 1 puts the generator step in a conditional, "
+                              f"which a tf.distribute strategy cannot synchronise across its {replicas} replicas; "
+                              "use critic_steps=1 or one replica", param="replicas")
         super().compile(optimizer=d_optimizer, dp=dp, **kwargs)
         self.g_optimizer = g_optimizer
         if self.seed is not None and dp.seed is None:
@@ -154,17 +159,23 @@ class PrivateWGAN(DPModel):
 
     def _generator_step(self) -> tf.Tensor:
         n = self._generator_batch()
-        labels = self.random_labels(n) if self.conditional else None
+        # Under a strategy each replica takes its rows of the batch and differentiates the sum
+        # over them / n: the all-reduced (summed) gradient is the one device's.
+        rows = replica_rows(n)
+        labels = self.random_labels(rows) if self.conditional else None
         with tf.GradientTape() as tape:
-            fake = self.generator(self._generator_in(self._latent(n), labels), training=True)
-            loss = -tf.reduce_mean(self.critic(self._critic_in(fake, labels), training=True))
+            fake = self.generator(self._generator_in(self._latent(rows), labels), training=True)
+            scores = self.critic(self._critic_in(fake, labels), training=True)
+            loss = -tf.reduce_sum(scores) / n
         grads = tape.gradient(loss, self.generator.trainable_variables)
         self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_variables))
-        return loss
+        return -tf.reduce_mean(scores)
 
     def after_private_step(self) -> dict:
         """Weight clipping (DPGAN), then a generator step every `critic_steps` critic steps."""
         self.after_critic_update()
+        if self.critic_steps == 1:  # no conditional: a strategy cannot synchronise replicas inside one
+            return {"g_loss": self._generator_step()}
         do_generator = tf.equal(self.step_count % self.critic_steps, 0)
         g_loss = tf.cond(do_generator, self._generator_step, lambda: tf.constant(0.0))
         return {"g_loss": (g_loss, tf.cast(do_generator, tf.float32))}

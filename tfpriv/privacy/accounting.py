@@ -125,51 +125,66 @@ def max_steps_within(budget: float, delta: float, q: float, noise: float,
     return lo
 
 
-class PrivacyLedger(tf.Module):
-    """Composed privacy history, stored in variables that `tf.train.Checkpoint` saves.
+class _Record(tf.train.experimental.PythonState):
+    """The ledger's host-side record, JSON in checkpoints: finished segments and the current
+    segment's (q, noise). Python state, not variables: a tf.distribute strategy would mirror a
+    variable, and MultiWorkerMirroredStrategy cannot broadcast a string to its workers."""
 
-    `history` holds finished segments as JSON; `steps` counts the current segment's steps
-    and is incremented inside the compiled train step, once per private update.
+    def __init__(self):
+        self.history: list[list] = []
+        self.current: list | None = None
+
+    def serialize(self) -> str:
+        return json.dumps({"history": self.history, "current": self.current})
+
+    def deserialize(self, string_value) -> None:
+        value = string_value.decode() if isinstance(string_value, bytes) else str(string_value)
+        record = json.loads(value)
+        self.history, self.current = record["history"], record["current"]
+
+
+class PrivacyLedger(tf.Module):
+    """Composed privacy history, saved by `tf.train.Checkpoint`.
+
+    `record` holds the finished segments and the current segment's mechanism; `steps` counts
+    the current segment's steps and is incremented inside the compiled train step, once per
+    private update.
     """
 
     def __init__(self, name: str = "privacy_ledger"):
         super().__init__(name=name)
-        self.history = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
-        self.current = tf.Variable("", dtype=tf.string, trainable=False, name="current")
+        self.record = _Record()
         # One increment per global step, not per replica, under a tf.distribute strategy.
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps",
                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
     def begin(self, q: float, noise: float) -> None:
         """Starts (or, after a resume with the same mechanism, continues) a segment."""
-        current = self.current.numpy().decode()
+        current = self.record.current
         if current:
-            cq, cn = json.loads(current)
+            cq, cn = current
             if math.isclose(cq, q, rel_tol=1e-12) and math.isclose(cn, noise, rel_tol=1e-12):
                 return
             self._fold()
-        self.current.assign(json.dumps([q, noise]))
+        self.record.current = [q, noise]
         self.steps.assign(0)
 
     def _fold(self) -> None:
-        current = self.current.numpy().decode()
+        current = self.record.current
         if current and int(self.steps.numpy()) > 0:
-            q, noise = json.loads(current)
-            hist = json.loads(self.history.numpy().decode())
-            hist.append([q, noise, int(self.steps.numpy())])
-            self.history.assign(json.dumps(hist))
+            q, noise = current
+            self.record.history.append([q, noise, int(self.steps.numpy())])
         self.steps.assign(0)
 
     def segments(self) -> list[Segment]:
-        hist = [tuple(s) for s in json.loads(self.history.numpy().decode())]
-        current = self.current.numpy().decode()
-        if current:
-            q, noise = json.loads(current)
+        hist = self.finished_segments()
+        if self.record.current:
+            q, noise = self.record.current
             hist.append((q, noise, int(self.steps.numpy())))
         return hist
 
     def finished_segments(self) -> list[Segment]:
-        return [tuple(s) for s in json.loads(self.history.numpy().decode())]
+        return [tuple(s) for s in self.record.history]
 
     @property
     def total_steps(self) -> int:

@@ -16,9 +16,10 @@ B is the expected batch size q*N (a fixed denominator), b the number of partitio
 `clipping.VectorizedPass`); clip factors, weighted sums and noise are the same code for all.
 An example (partition, batch group) with NaN/inf inputs or a NaN/inf gradient norm gets clip
 factor exactly 0 and contributes exactly 0 (`docs/privacy.md`, "Non-finite and extreme examples").
-Clipped sums are computed per replica; under a `tf.distribute` strategy each replica adds
-noise of variance std^2/R so the all-reduced sum carries exactly one noise of the
-documented std (the sum of R independent Gaussians), so the privacy analysis is unchanged.
+Clipped sums are computed per replica; under a `tf.distribute` strategy every replica draws
+the same noise from the shared generator state and only the first replica adds it, so the
+all-reduced sum carries exactly one noise of the documented std, the same numbers one device
+would add (independent of the number of replicas and workers).
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ class DPGradientEngine:
                 f"DP engine: aggregation={cfg.aggregation!r} clips groups of several examples "
                 f"({groups[cfg.aggregation]}) and cannot run on {replicas} replicas: a strategy splits the batch "
                 "by position, which changes the groups and the sensitivity. Use one replica, or termwise with "
-                "num_partitions=0 (singleton partitions) or batch_clip=0")
+                "num_partitions=0 (singleton partitions) or batch_clip=0", param="replicas")
 
     @property
     def per_example(self) -> bool:
@@ -315,9 +316,13 @@ class DPGradientEngine:
         std = self.noise_stddev
         if std == 0.0:
             return grads
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        std_per_replica = std / math.sqrt(replicas)
-        return [g + self.generator.normal(tf.shape(g), stddev=std_per_replica, dtype=g.dtype) for g in grads]
+        # The same draw on every replica (StreamGenerator.normal_once); the all-reduce sums the
+        # replicas, so only the first adds it: one noise in total, never R of them.
+        ctx = tf.distribute.get_replica_context()
+        first = (tf.constant(True) if ctx is None or ctx.num_replicas_in_sync == 1
+                 else tf.equal(ctx.replica_id_in_sync_group, 0))
+        return [g + tf.cast(first, g.dtype) * self.generator.normal_once(tf.shape(g), stddev=std, dtype=g.dtype)
+                for g in grads]
 
     def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size,
               ok: tf.Tensor | None = None) -> dict[str, tf.Tensor]:

@@ -4,10 +4,15 @@
 while `recording()` is active replaces that layer instance's `call` so each call is logged
 as a `Tap`. It refuses a model whose trainable variables are not all owned by a leaf layer:
 an unrecorded variable would receive an unclipped gradient.
+
+Recording is per thread: under `MirroredStrategy` the replicas trace the step in threads that
+interleave at collectives (e.g. a random draw inside the loss), so each thread keeps its own
+taps, and the layers stay patched while any thread records.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Iterable, Sequence
 
 import tensorflow as tf
@@ -83,37 +88,52 @@ class TapRecorder:
             for v in rule_vars:
                 owner[id(v)] = layer
         self.owner = owner
-        self.taps: list[rules.Tap] = []
         self._original_calls: dict[int, object] = {}
+        self._local = threading.local()  # this thread's taps and whether it records
+        self._lock = threading.Lock()
+        self._recording_threads = 0
+
+    @property
+    def taps(self) -> list[rules.Tap]:
+        """The layer calls of this thread's last recorded forward pass."""
+        return getattr(self._local, "taps", [])
 
     def original_call(self, layer: Layer):
         return self._original_calls.get(id(layer), layer.call)
 
     @contextlib.contextmanager
     def recording(self):
-        """Patches the tracked layers' `call` for the duration of one forward pass."""
-        self.taps = []
-        patched = []
+        """Records this thread's layer calls for the duration of one forward pass (the tracked
+        layers' `call` is patched while any thread records)."""
+        with self._lock:
+            if self._recording_threads == 0:
+                for layer in self.layers:
+                    original = layer.call
+                    self._original_calls[id(layer)] = original
+                    object.__setattr__(layer, "call", self._tapped_call(layer, original))
+            self._recording_threads += 1
+        self._local.taps, self._local.on = [], True
         try:
-            for layer in self.layers:
-                original = layer.call
-                self._original_calls[id(layer)] = original
-                object.__setattr__(layer, "call", self._tapped_call(layer, original))
-                patched.append(layer)
             yield self
         finally:
-            for layer in patched:
-                object.__delattr__(layer, "call")
+            self._local.on = False
+            with self._lock:
+                self._recording_threads -= 1
+                if self._recording_threads == 0:
+                    for layer in self.layers:
+                        object.__delattr__(layer, "call")
 
     def _tapped_call(self, layer: Layer, original):
         rule = self.rules[id(layer)]
 
         @tf.autograph.experimental.do_not_convert
         def call(inputs, *args, **kwargs):
+            if not getattr(self._local, "on", False):  # another thread records; this one does not
+                return original(inputs, *args, **kwargs)
             if args:
                 raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by the DP engine")
             out, tapped = rule.forward(layer, original, inputs, kwargs)
-            self.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs))
+            self._local.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs))
             return out
 
         return call

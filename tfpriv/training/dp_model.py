@@ -164,7 +164,14 @@ class DPModel(tf.keras.Model):
                 self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         object.__setattr__(self, "engine", engine)
         if self.dp_config.private and self.dp_config.verify:
-            engine.verify(self.loss_fn, inputs)
+            # A check, not a step: the random streams continue as if it had not run.
+            streams = [(g, g.state.read_value()) for g in (self.rng, engine.generator)]
+            if self.distribute_strategy.num_replicas_in_sync > 1:  # in replica context: variables' handles
+                self.distribute_strategy.run(engine.verify, args=(self.loss_fn, inputs))
+            else:
+                engine.verify(self.loss_fn, inputs)
+            for generator, state in streams:
+                generator.state.assign(state)
         self._trackers.update({name: tf.keras.metrics.Mean(name=name) for name in self.metric_names()})
         if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
             self._trackers["dropped"] = tf.keras.metrics.Sum(name="dropped")

@@ -1,0 +1,47 @@
+"""Every family on two logical CPU devices trains as one device would; strategies and the chief
+(tfpriv/training/distribute.py; what is guaranteed: docs/privacy.md; the command line and a
+two-worker cluster: tests/cli/test_strategy.py)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO_ROOT
+from tfpriv.errors import UsageError
+from tfpriv.training import distribute
+
+
+def test_every_family_on_two_devices_matches_one_device():
+    """4 Poisson steps without noise, same seeds: the weights agree to float tolerance, and the
+    ledger counts 4 global steps on both (not 8 on two replicas)."""
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/training/scripts/two_devices.py")],
+                          capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["replicas"] == 2
+    for family in ("vae", "filter_stage1", "dpwgan_gp", "dpgan"):
+        assert out[family]["steps"] == [4, 4], family
+        assert out[family]["max_diff"] < 1e-5 * max(1.0, out[family]["scale"]), (family, out[family])
+
+
+def test_strategy_names_and_cluster_are_checked(monkeypatch):
+    assert distribute.make_strategy("default") is tf.distribute.get_strategy()
+    with pytest.raises(UsageError, match="^strategy: must be one of default, mirrored, multi_worker"):
+        distribute.make_strategy("tpu")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(UsageError, match="^strategy: multi_worker needs the cluster in the TF_CONFIG"):
+        distribute.make_strategy("multi_worker")
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(UsageError, match="^strategy: TF_CONFIG is not valid JSON"):
+        distribute.make_strategy("multi_worker")
+    with pytest.raises(UsageError, match="^num_cpu_devices: must be >= 1"):
+        distribute.split_cpu(0)
+
+
+def test_the_chief_writes_the_run_folder(tmp_path):
+    with distribute.worker_dir(str(tmp_path), tf.distribute.get_strategy(), "checkpoints") as folder:
+        assert folder == str(tmp_path)
