@@ -49,5 +49,10 @@ flags.DEFINE_integer("latent_dim", None, "Latent dimension of the VAE (default p
 flags.DEFINE_float("beta", 1.0, "Weight of the per-example KL term of the VAE.")
 flags.DEFINE_integer("num_samples", None, "--mode=sample: samples to draw. Default per model: 64 (privae); "
                      "10000 (GANs, also the samples of the final scores).")
+flags.DEFINE_string("strategy", "default", "default (one device), mirrored (every local device: the GPUs, else the "
+                    "--num_cpu_devices logical CPUs) or multi_worker (the cluster in TF_CONFIG; the chief writes "
+                    "--output_dir). Results match one device's; see README, More than one device or machine.")
+flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (for --strategy=mirrored "
+                     "without GPUs, e.g. to test it). Default: TensorFlow's one CPU device.")
 flags.DEFINE_integer("verbose", 2, "0 silent, 1 progress bar, 2 one line per epoch; > 0 also prints progress of "
                      "long evaluations.")

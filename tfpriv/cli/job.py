@@ -23,12 +23,12 @@ from absl import flags
 from tfpriv.errors import UsageError
 
 # Flags that choose what train.py does rather than configure a job.
-CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size",
+CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size", "strategy", "num_cpu_devices",
                  "tune", "tuner", "trial_count", "mean_trials", "trial_count_shape", "max_trials", "objective",
                  "search_space")
 # Library parameters whose flag has another name in every job (a job's `flag_names` come first).
 COMMON_FLAG_NAMES = {"target_epsilon": "epsilon", "expected_batch_size": "batch_size", "sampling_rate": "batch_size",
-                     "scaling": "feature_scaling"}
+                     "scaling": "feature_scaling", "replicas": "strategy"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,12 +9,14 @@ behind. Library errors name library parameters; the job maps them to its flags
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import re
 import shutil
 import sys
 
+import tensorflow as tf
 from absl import app, flags
 
 from tfpriv.cli import audit as audit_job
@@ -25,6 +27,7 @@ from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli as filter_job
 from tfpriv.gan import cli as gan_job
+from tfpriv.training import distribute
 
 FLAGS = flags.FLAGS
 
@@ -128,16 +131,36 @@ def report(job: Job, output_dir: str, results: dict, mode: str = "train") -> Non
         print("metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(shown.items())))
 
 
+def start_strategy():
+    """--strategy (after --num_cpu_devices splits the CPU): made before any other TensorFlow work."""
+    if FLAGS.strategy != "default" and (FLAGS.audit or FLAGS.mode != "train"):
+        raise UsageError(f"--strategy: only for training; --mode={FLAGS.mode}{' --audit' if FLAGS.audit else ''} "
+                         "runs on one device")
+    if FLAGS.num_cpu_devices is not None:
+        distribute.split_cpu(FLAGS.num_cpu_devices)
+    if FLAGS.strategy != "default":
+        tf.get_logger().setLevel(logging.ERROR)  # tf.distribute's INFO and WARNING lines (devices, eager runs)
+    return distribute.make_strategy(FLAGS.strategy)
+
+
 def main(argv) -> None:
-    job, output_dir, existed = JOBS.get(FLAGS.model), None, False
+    job, output_dir, existed, chief = JOBS.get(FLAGS.model), None, False, True
     try:
+        strategy = start_strategy()
+        chief = distribute.is_chief(strategy)
         job, settings, output_dir = prepare(argv)
         existed = os.path.exists(output_dir)
-        results = execute(job, settings, output_dir)
+        # Another worker of a multi-worker run writes to a temporary folder (only the chief writes).
+        with distribute.use_strategy(strategy), \
+                distribute.worker_dir(output_dir, strategy, job.checkpoint_subdir) as write_dir:
+            results = execute(job, settings, write_dir)
     except UsageError as exc:
-        fail(flag_message(exc, job), output_dir, existed, job)
+        fail(flag_message(exc, job), output_dir if chief else None, existed, job)
     except KeyboardInterrupt:
         interrupted(job, output_dir)
+    if not chief:
+        print(f"worker finished; the chief writes the results to {output_dir}")
+        return
     if FLAGS.tune:
         print(tuning.report(output_dir, results))
         return

@@ -22,6 +22,7 @@ import tensorflow as tf
 from tfpriv.errors import UsageError
 from tfpriv.export import export_run
 from tfpriv.privacy.config import DPConfig
+from tfpriv.training.distribute import training_scope
 from tfpriv.training.results import write_results
 from tfpriv.training.runner import PrivacyPlan, fit_private, plan_privacy, read_ledger
 
@@ -204,10 +205,11 @@ class TrainingRun:
         return self.plan
 
     def run(self) -> dict:
-        self.setup()
-        self.planned(self.plan)
-        self.fit = train(self.built, self.plan, self.train_dir, self.sampling_seed(), self.s.verbose,
-                         self.callbacks(self.plan))
+        with training_scope():  # --strategy: the model is built, compiled and fitted in its scope
+            self.setup()
+            self.planned(self.plan)
+            self.fit = train(self.built, self.plan, self.train_dir, self.sampling_seed(), self.s.verbose,
+                             self.callbacks(self.plan))
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
         results["saved_model"] = export_run(self.output_dir)  # OUTPUT_DIR/saved_model: serving signatures
