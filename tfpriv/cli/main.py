@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 
 import tensorflow as tf
@@ -21,6 +22,7 @@ from absl import app, flags
 
 from tfpriv.cli import audit as audit_job
 from tfpriv.cli import flags as common_flags
+from tfpriv.cli import pipeline
 from tfpriv.cli import privae_job
 from tfpriv.cli import tuning
 from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
@@ -145,6 +147,8 @@ def start_strategy():
 
 def main(argv) -> None:
     job, output_dir, existed, chief = JOBS.get(FLAGS.model), None, False, True
+    # Explicit, so Ctrl-C works even where SIGINT was inherited as ignored (a background job).
+    signal.signal(signal.SIGINT, pipeline.on_sigint)
     try:
         strategy = start_strategy()
         chief = distribute.is_chief(strategy)

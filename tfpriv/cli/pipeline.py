@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import json
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -88,13 +89,33 @@ def plan(s, built: Built, train_dir: str) -> PrivacyPlan:
                         s.max_epsilon if private else None, history=read_ledger(train_dir), accountant=s.accountant)
 
 
+# Set by the command line's SIGINT handler (`on_sigint`). Ctrl-C raises KeyboardInterrupt where the
+# main thread happens to be; if that is inside the tf.data generator of the Poisson sampler, TensorFlow
+# turns it into a data error or an end of the epoch, so the batch-end check below raises it again.
+INTERRUPT = threading.Event()
+
+
+def on_sigint(signum, frame) -> None:
+    """SIGINT handler of the command line: remember the request, then interrupt as Python would."""
+    INTERRUPT.set()
+    raise KeyboardInterrupt
+
+
+class StopOnInterrupt(tf.keras.callbacks.Callback):
+    """Raises KeyboardInterrupt at the next batch end once Ctrl-C was pressed (`INTERRUPT`)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if INTERRUPT.is_set():
+            raise KeyboardInterrupt
+
+
 def train(built: Built, plan_: PrivacyPlan, train_dir: str, seed: int | None, verbose: int,
           callbacks=()) -> dict:
     """`fit_private` plus the record of this training segment (`fit["segment"]`)."""
     start_step, start_epoch = checkpoint_position(train_dir)
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     fit = fit_private(built.model, built.arrays, plan_, built.optimizer, train_dir, seed=seed, verbose=verbose,
-                      extra_callbacks=list(callbacks))
+                      extra_callbacks=[*callbacks, StopOnInterrupt()])
     fit["segment"] = {
         "started": started, "start_step": start_step, "steps": fit["train_steps"] - start_step,
         "start_epoch": start_epoch, "epochs_completed": fit["epochs_completed"], "epsilon": fit["epsilon"],

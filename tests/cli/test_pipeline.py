@@ -1,0 +1,34 @@
+"""The run sequence's Ctrl-C handling: a request recorded by the SIGINT handler stops training at the next batch."""
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpriv.cli import pipeline
+
+
+@pytest.fixture
+def interrupt():
+    pipeline.INTERRUPT.clear()
+    yield pipeline.INTERRUPT
+    pipeline.INTERRUPT.clear()
+
+
+def test_a_swallowed_ctrl_c_stops_training_at_the_next_batch(interrupt):
+    """Ctrl-C that landed where TensorFlow turned it into a data error or an epoch end is raised again."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile("sgd", "mse")
+    seen = []
+    press = tf.keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs: (seen.append(batch), batch == 2 and interrupt.set()))
+    x = np.zeros([40, 2], np.float32)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, x[:, :1], batch_size=4, epochs=3, verbose=0, callbacks=[press, pipeline.StopOnInterrupt()])
+    assert seen == [0, 1, 2]
+
+
+def test_the_sigint_handler_records_the_request_and_interrupts(interrupt):
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.on_sigint(signal.SIGINT, None)
+    assert interrupt.is_set()
