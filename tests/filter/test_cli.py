@@ -9,6 +9,7 @@ from tfpriv.cli.job import read_settings
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli
 from tfpriv.filter.pipeline import load_filter
+from tests.cli.helpers import assert_one_line_error, train_py
 
 FLAGS = flags.FLAGS
 TINY = dict(vae_epochs=1, filter_epochs=2, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=100,
@@ -34,6 +35,11 @@ def settings(**values):
     ({"filter_ema": 1.0}, "--filter_ema: must be in [0, 1), got 1.0"),
     ({"num_users": 2, "filter_users": ["a:b"]}, "--filter_users: need 2 entries"),
     ({"dataset": "digits"}, "--dataset: the filter supports mnist, adult, abalone, celeba, got 'digits'"),
+    ({"label_epsilon": 0.0}, "--label_epsilon: must be finite and > 0.04515"),
+    ({"label_epsilon": -3.0}, "--label_epsilon: must be finite and > 0.04515"),
+    ({"label_epsilon": float("inf")}, "--label_epsilon: must be finite and > 0.04515"),
+    ({"label_epsilon": 0.2, "filter_delta": 1e-300}, "--label_epsilon: must be finite and > 2.7"),
+    ({"label_epsilon": 3.0, "filter_type": "mlp"}, "--label_epsilon: needs --filter_type=linear"),
 ])
 def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, overrides, message):
     out = tmp_path / "run"
@@ -57,7 +63,8 @@ def test_bad_label_raises_before_output(tmp_path, data_dir):
 
 def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
     out = tmp_path / "run"
-    res = cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0, **TINY), str(out))
+    res = cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0, label_epsilon=10.0, **TINY),
+                  str(out))
     stored = json.load(open(os.path.join(out, "results.json")))
     assert stored["model"] == "filter" and stored["dataset"] == "abalone"
     assert stored["aggregation"] == "none" and stored["epsilon"] == "inf"
@@ -73,6 +80,7 @@ def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
     r = stored["filter_rdp"]
     assert r[1]["rdp"] / r[1]["order"] == pytest.approx(r[0]["rdp"] / r[0]["order"])
     assert res["filter_epsilon"] == pytest.approx(min(e["rdp"] + 11.512925464970229 / (e["order"] - 1) for e in r))
+    assert res["filter_epsilon"] <= 10.0 and stored["sweep"][0]["filter"]["filter_label_epsilon_target"]["mean"] == 10.0
     assert stored["sweep"][0]["gaussian"]["divergence_test"]["mean"] == pytest.approx(0.5, rel=0.2)
     # the same artefacts as the other jobs: checkpoints, TensorBoard logs, the trained models
     assert (out / "stage1" / "checkpoints").is_dir() and (out / "stage1" / "logs").is_dir()
@@ -80,10 +88,19 @@ def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
     layer = load_filter(str(out / "filter"))
     saved = json.load(open(out / "filter" / "filter.json"))
     assert saved["budget"] == 0.5 and saved["private_label"] == "sex" and saved["filter_type"] == "linear"
+    assert saved["label_epsilon"] == 10.0
     assert layer.noise_matrix.shape == (4, 4) and layer.label_matrix.shape == (4, 3)
     z = np.zeros((5, 4), np.float32)
     assert layer(z, np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1]]).shape == (5, 4)
     assert not (out / "privacy_plan.json").exists()  # non-private: no guarantee to plan
+
+
+@pytest.mark.parametrize("value", ["0", "0.01", "nan", "ten"])
+def test_train_py_refuses_bad_label_epsilon_with_exit_2(tmp_path, capsys, data_dir, value):
+    out = tmp_path / "run"
+    proc = train_py("--model=filter", "--dataset=abalone", f"--data_dir={data_dir}", f"--output_dir={out}",
+                    f"--label_epsilon={value}", capsys=capsys)
+    assert_one_line_error(proc, "--label_epsilon", out)
 
 
 def test_budget_message_is_exact(tmp_path):

@@ -1,11 +1,17 @@
+import dataclasses
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
+from tfpriv.errors import UsageError
+from tfpriv.filter import rdp
 from tfpriv.filter.architectures import build_classifier
 from tfpriv.filter.divergence import estimate_precision
-from tfpriv.filter.filters import LinearFilter
+from tfpriv.filter.filters import LinearFilter, MLPFilter
 from tfpriv.filter.game import FilterGame
-from tfpriv.filter.pipeline import FilterConfig, evaluate_codes, run_budget
+from tfpriv.filter.pipeline import (FilterConfig, LabelPrivacyError, evaluate_codes, filter_privacy, run_budget,
+                                    train_filter)
 
 
 def _latents(n, seed):
@@ -85,3 +91,44 @@ def test_moving_average_of_filter_weights_is_what_gets_released():
     g.use_averaged_filter()
     for a, b, now in zip(w0, w1, g.filter_layer.trainable_variables):
         np.testing.assert_allclose(now.numpy(), 0.5 * a + 0.5 * b, rtol=1e-6)
+
+
+def test_label_epsilon_target_holds_after_training_and_is_the_reported_epsilon():
+    ztr, ytr = _latents(1024, 0)
+    zte, yte = _latents(256, 1)
+    nc = {"private": 2, "utility": 2}
+    base = FilterConfig(budget=3.0, epochs=15, learning_rate=1e-2, classifier_kind="linear", eval_epochs=1,
+                        eval_min_steps=50)
+    free = filter_privacy(train_filter(ztr, ytr["private"], ytr["utility"], 2, 2, estimate_precision(ztr), base),
+                          1e-5)
+    res = run_budget(ztr, zte, ytr, yte, nc, estimate_precision(ztr),
+                     dataclasses.replace(base, label_epsilon=3.0), gaussian=False)
+    game, got = res["_game"], res["filter"]
+    assert free["filter_epsilon"] > 10.0                     # unconstrained: the game ignores the label RDP
+    assert 2.9 < got["filter_epsilon"] <= 3.0                # constrained: the cap binds and holds
+    assert got["filter_label_epsilon_target"] == 3.0
+    # the reported ε is the accountant's on the released (averaged, projected) weights
+    curve = rdp.linear_filter_rdp(game.filter_layer.noise_matrix, game.filter_layer.label_matrix)
+    assert got["filter_rdp"] == curve and got["filter_epsilon"] == rdp.rdp_to_epsilon(curve, 1e-5)[0]
+    # a filter that no longer meets its target is refused, not reported
+    game.filter_layer.w_label.assign(10.0 * game.filter_layer.w_label)
+    with pytest.raises(LabelPrivacyError, match="^label_epsilon: the trained filter's label-change epsilon"):
+        filter_privacy(game, 1e-5)
+
+
+def test_released_moving_average_is_projected_into_the_label_epsilon_target():
+    z, _ = _latents(64, 0)
+    g = FilterGame(LinearFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
+                   estimate_precision(z), 2, ema_decay=0.5, label_epsilon=3.0)
+    g.compile(*(tf.keras.optimizers.Adam(1e-3) for _ in range(3)))
+    g.ema_weights[1].assign(100.0 * tf.ones_like(g.ema_weights[1]) * [[1.0], [-1.0]])  # a huge label shift
+    g.use_averaged_filter()
+    eps = filter_privacy(g, 1e-5)["filter_epsilon"]
+    assert 2.9 < eps <= 3.0
+
+
+def test_label_epsilon_needs_the_linear_filter():
+    z, _ = _latents(64, 0)
+    with pytest.raises(UsageError, match="^label_epsilon: needs the linear filter"):
+        FilterGame(MLPFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
+                   estimate_precision(z), 2, label_epsilon=3.0)

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from tfpriv.errors import UsageError
 from tfpriv.filter import rdp
 
 
@@ -29,3 +30,26 @@ def test_epsilon_conversion_hand_case():
     assert eps == pytest.approx(expected) and order == 11.0
     with pytest.raises(ValueError):
         rdp.rdp_to_epsilon(curve, 0.0)
+
+
+@pytest.mark.parametrize("target", [0.5, 3.0, 10.0])
+def test_max_sensitivity_sq_is_the_largest_within_the_target(target):
+    cap = rdp.max_sensitivity_sq(target, 1e-5)
+    eps = lambda s2: rdp.rdp_to_epsilon(rdp.rdp_curve(s2), 1e-5)[0]  # noqa: E731
+    assert eps(cap) <= target < eps(cap * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("target", [0.0, -1.0, 0.045, float("inf"), float("nan")])
+def test_max_sensitivity_sq_refuses_targets_below_the_floor(target):
+    # floor: s² = 0 still costs log(1/δ)/(256 − 1) = 0.0451 at the largest order
+    with pytest.raises(UsageError, match=r"^label_epsilon: must be finite and > 0.04515"):
+        rdp.max_sensitivity_sq(target, 1e-5)
+
+
+def test_label_shift_scale_brings_the_sensitivity_under_the_cap():
+    wn, wy = np.diag([2.0, 1.0]), np.eye(2)  # s² = 1.25 (hand case above)
+    assert rdp.label_shift_scale(wn, wy, 2.0) == 1.0
+    t = rdp.label_shift_scale(wn, wy, 0.5)
+    assert t == pytest.approx(np.sqrt(0.5 / 1.25), rel=1e-3)
+    assert rdp.label_change_sensitivity_sq(wn, t * wy) <= 0.5
+    assert rdp.label_shift_scale(np.array([[1.0], [0.0]]), np.array([[0.0, 0.0], [0.0, 1.0]]), 1.0) == 0.0

@@ -70,6 +70,8 @@ flags.DEFINE_integer("repeats", 1, "Independent filter trainings (seeds) per bud
 flags.DEFINE_string("adversary_objective", "ce", "Filter's privacy loss: ce (maximise adversary CE, paper) or confusion (CE to uniform).")
 flags.DEFINE_integer("adversary_steps", 1, "Adversary updates per filter update.")
 flags.DEFINE_float("filter_ema", 0.0, "Release with a moving average of the filter weights, this decay (0: last iterate, paper).")
+flags.DEFINE_float("label_epsilon", None, "Train the (linear) filter so that its label-change epsilon at "
+                   "--filter_delta is at most this (projection during the game; unset: unconstrained).")
 flags.DEFINE_float("robust_decoder", 0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).")
 
 
@@ -109,6 +111,7 @@ class FilterSettings(PrivateSettings):
     adversary_objective: str
     adversary_steps: int
     filter_ema: float
+    label_epsilon: float | None
     robust_decoder: float
 
 
@@ -159,6 +162,15 @@ def validate(s: FilterSettings) -> dict:
     need("filter_type", s.filter_type in ("linear", "mlp"), "linear or mlp", repr(s.filter_type))
     need("filter_classifier", s.filter_classifier in (None, "mlp", "linear"), "mlp or linear", repr(s.filter_classifier))
     need("adversary_objective", s.adversary_objective in ("ce", "confusion"), "ce or confusion", repr(s.adversary_objective))
+    if s.label_epsilon is not None:
+        from tfpriv.filter.rdp import max_sensitivity_sq
+        if s.filter_type != "linear":
+            raise UsageError(f"--label_epsilon: needs --filter_type=linear (no closed-form label RDP for "
+                             f"{s.filter_type!r})")
+        try:
+            max_sensitivity_sq(s.label_epsilon, s.filter_delta)
+        except UsageError as err:
+            raise UsageError(f"--{err}") from None
     if s.dataset not in DEFAULT_TASKS:
         raise UsageError(f"--dataset: the filter supports {', '.join(DEFAULT_TASKS)}, got {s.dataset!r}")
     if s.aggregation == "termwise":
@@ -264,7 +276,7 @@ class FilterRun(pipeline.TrainingRun):
                            classifier_kind=s.filter_classifier or CLASSIFIER_KIND[s.dataset],
                            eval_epochs=s.filter_eval_epochs, eval_min_steps=s.filter_eval_min_steps,
                            rdp_delta=s.filter_delta, seed=self.seed, adversary_objective=s.adversary_objective,
-                           adversary_steps=s.adversary_steps, ema_decay=s.filter_ema)
+                           adversary_steps=s.adversary_steps, ema_decay=s.filter_ema, label_epsilon=s.label_epsilon)
         progress(s, "stage 3 on the raw codes (fresh classifiers, mutual information) ...")
         raw = evaluate_codes(codes_train, codes_test, self.ytr, self.yte, self.ncls, cfg)
         logging.info("raw codes: %s", raw)
@@ -312,7 +324,8 @@ class FilterRun(pipeline.TrainingRun):
         head_runs = runs[all_budgets.index(s.budget)]
         head = sweep[all_budgets.index(s.budget)]
         save_filter(head_runs[0]["_game"], filter_dir, {"budget": s.budget, "divergence": s.divergence,
-                                                        "seed": self.seed, **labels})
+                                                        "seed": self.seed, "label_epsilon": s.label_epsilon,
+                                                        **labels})
         self.extra.update(
             sweep=sweep, metrics_std={k: v["std"] for k, v in head["filter"].items()},
             filter_rdp=head_runs[0]["filter"]["filter_rdp"], filter_epsilon=head_runs[0]["filter"]["filter_epsilon"],

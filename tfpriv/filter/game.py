@@ -10,6 +10,11 @@ adversary cannot beat guessing) is a fixed point of the alternating updates inst
 release uses an exponential moving average of the filter weights (Polyak averaging, a standard GAN
 stabiliser): alternating gradient play tends to circle its equilibrium, and the average sits nearer to
 it than the last iterate.
+With `label_epsilon` (linear filter only) the game keeps the filter's label-change (ε, δ = `label_delta`)
+of tfpriv.filter.rdp at or below that target: after every filter step (and on the released average)
+W_y is shrunk whenever max Δᵀ(W_w W_wᵀ)⁻¹Δ exceeds the cap that the target allows (a projection onto
+the constraint set along W_y; the moving average of feasible filters need not be feasible, hence
+the second projection).
 `fit_epochs` runs whole epochs inside one compiled `tf.function` (the speed path); `train_step`
 is the same step for `Model.fit`.
 """
@@ -21,7 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import UsageError
-from tfpriv.filter import divergence as div
+from tfpriv.filter import divergence as div, rdp
+from tfpriv.filter.filters import LinearFilter
 
 
 class FilterGame(tf.keras.Model):
@@ -31,7 +37,8 @@ class FilterGame(tf.keras.Model):
                  precision: np.ndarray, num_private_classes: int, divergence: str = "kl",
                  budget: float = 1.0, utility_weight: float = 1.0, rho_init: float = 10.0,
                  rho_min: float = 2.0, rho_halve_every: int = 500, adversary_objective: str = "ce",
-                 adversary_steps: int = 1, ema_decay: float = 0.0, **kwargs):
+                 adversary_steps: int = 1, ema_decay: float = 0.0, label_epsilon: float | None = None,
+                 label_delta: float = 1e-5, **kwargs):
         super().__init__(**kwargs)
         if divergence not in div.DIVERGENCES:
             raise UsageError(f"--divergence: must be one of {div.DIVERGENCES}, got {divergence!r}")
@@ -43,6 +50,12 @@ class FilterGame(tf.keras.Model):
             raise UsageError(f"--adversary_steps: must be >= 1, got {adversary_steps}")
         if not 0.0 <= ema_decay < 1.0:
             raise UsageError(f"--filter_ema: must be in [0, 1), got {ema_decay}")
+        if label_epsilon is not None and not isinstance(filter_layer, LinearFilter):
+            raise UsageError("label_epsilon: needs the linear filter (the label-change RDP has no closed form "
+                             "for the mlp filter)")
+        # the largest max Δᵀ(W_w W_wᵀ)⁻¹Δ whose (ε, δ) is within the target; None: unconstrained
+        self.label_epsilon, self.label_delta = label_epsilon, float(label_delta)
+        self.label_cap = None if label_epsilon is None else rdp.max_sensitivity_sq(label_epsilon, label_delta)
         self.adversary_objective, self.adversary_steps = adversary_objective, int(adversary_steps)
         self.ema_decay = float(ema_decay)
         self.filter_layer = filter_layer
@@ -107,6 +120,7 @@ class FilterGame(tf.keras.Model):
             f_loss = privacy_term + self.utility_weight * util + pen
         f_vars = self.filter_layer.trainable_variables
         self.filter_optimizer.apply_gradients(zip(tape.gradient(f_loss, f_vars), f_vars))
+        self.project_label_shift()
         for shadow, v in zip(self.ema_weights, f_vars):
             shadow.assign(self.ema_decay * shadow + (1.0 - self.ema_decay) * v)
         return {"adversary_loss": adv_loss, "utility_loss": util_loss, "filter_loss": f_loss,
@@ -159,11 +173,24 @@ class FilterGame(tf.keras.Model):
                 logger(entry)
         return history
 
+    def project_label_shift(self) -> None:
+        """Shrinks W_y so that the label-change RDP meets `label_epsilon` (no-op without a target).
+        The scale is computed by tfpriv.filter.rdp on the current weights (a numpy call in the graph)."""
+        if self.label_cap is None:
+            return
+        f = self.filter_layer
+        scale = tf.numpy_function(
+            lambda wn, wy: np.float32(rdp.label_shift_scale(wn.T, wy.T, self.label_cap)),
+            [f.w_noise, f.w_label], tf.float32)
+        f.w_label.assign(f.w_label * scale)
+
     def use_averaged_filter(self) -> None:
-        """Replaces the filter weights by their moving average (no-op when ema_decay = 0)."""
+        """Replaces the filter weights by their moving average (no-op when ema_decay = 0), projected
+        back into the label-RDP constraint."""
         if self.ema_decay > 0:
             for shadow, v in zip(self.ema_weights, self.filter_layer.trainable_variables):
                 v.assign(shadow)
+        self.project_label_shift()
 
     def privatize(self, z: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
         """Filtered codes z̃ for codes z and private labels y (fresh filter noise)."""

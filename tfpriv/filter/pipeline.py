@@ -39,6 +39,7 @@ class FilterConfig:
     adversary_objective: str = "ce"
     adversary_steps: int = 1
     ema_decay: float = 0.0
+    label_epsilon: float | None = None  # target label-change ε at rdp_delta (None: unconstrained)
     seed: int = 0
 
 
@@ -54,7 +55,7 @@ def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, 
         precision, num_private, divergence=cfg.divergence, budget=cfg.budget,
         utility_weight=cfg.utility_weight, rho_init=cfg.rho_init,
         adversary_objective=cfg.adversary_objective, adversary_steps=cfg.adversary_steps,
-        ema_decay=cfg.ema_decay)
+        ema_decay=cfg.ema_decay, label_epsilon=cfg.label_epsilon, label_delta=cfg.rdp_delta)
     opt = lambda: tf.keras.optimizers.Adam(cfg.learning_rate)  # noqa: E731
     game.compile(opt(), opt(), opt())
     game.history = game.fit_epochs(z, y, u, cfg.epochs, cfg.batch_size, log_every=log_every, logger=logger)
@@ -75,15 +76,27 @@ def evaluate_codes(train_codes: np.ndarray, test_codes: np.ndarray, labels_train
     return out
 
 
+class LabelPrivacyError(RuntimeError):
+    """A filter trained for a label-change ε target does not meet it (never reported as if it did)."""
+
+
 def filter_privacy(game: FilterGame, delta: float) -> dict:
-    """Label-change RDP curve and (ε, δ) of a trained linear filter; None entries for the MLP filter."""
+    """Label-change RDP curve and (ε, δ) of a trained linear filter; None entries for the MLP filter.
+    Raises LabelPrivacyError if the game had a `label_epsilon` target at this δ and the filter misses it."""
     if not isinstance(game.filter_layer, LinearFilter):
         return {"filter_rdp": None, "filter_epsilon": None, "filter_delta": delta, "filter_rdp_note": "mlp filter: no closed form"}
     curve = rdp.linear_filter_rdp(game.filter_layer.noise_matrix, game.filter_layer.label_matrix)
     eps, order = rdp.rdp_to_epsilon(curve, delta)
-    return {"filter_rdp": curve, "filter_epsilon": eps, "filter_epsilon_order": order, "filter_delta": delta,
-            "filter_sensitivity_sq": rdp.label_change_sensitivity_sq(game.filter_layer.noise_matrix,
-                                                                      game.filter_layer.label_matrix)}
+    out = {"filter_rdp": curve, "filter_epsilon": eps, "filter_epsilon_order": order, "filter_delta": delta,
+           "filter_sensitivity_sq": rdp.label_change_sensitivity_sq(game.filter_layer.noise_matrix,
+                                                                     game.filter_layer.label_matrix)}
+    if game.label_epsilon is not None:
+        if delta != game.label_delta or not eps <= game.label_epsilon:
+            raise LabelPrivacyError(f"label_epsilon: the trained filter's label-change epsilon is {eps:.6g} at "
+                                    f"delta={delta:g}, above the target {game.label_epsilon:g} at delta="
+                                    f"{game.label_delta:g}; refusing to release it")
+        out["filter_label_epsilon_target"] = game.label_epsilon
+    return out
 
 
 def release_and_evaluate(game: FilterGame, codes_train: np.ndarray, codes_test: np.ndarray,
