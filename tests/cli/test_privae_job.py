@@ -1,4 +1,5 @@
-"""`--model=privae` flags of the pinwheel experiment: --pinwheel_scale, --pinwheel_hidden, --lr_schedule.
+"""`--model=privae` flags of the pinwheel experiment: --pinwheel_scale, --pinwheel_hidden, --pinwheel_anchor,
+--pinwheel_posterior_std, --lr_schedule.
 
 Bad values are one line on stderr and exit code 2 (no output folder left behind); good
 values reach the data and the networks and are recorded in results.json.
@@ -15,6 +16,7 @@ from tests.cli.helpers import assert_one_line_error, train_py
 from tfpriv.cli import privae_job
 from tfpriv.cli.job import read_settings
 from tfpriv.data import make_pinwheel
+from tfpriv.models.vae import load_vae
 
 PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regularizer=kl_pq", "--latent_dim=2",
             "--num_partitions=1", "--batch_size=20"]
@@ -32,6 +34,10 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (PINWHEEL + ["--pinwheel_hidden=wide"], "--pinwheel_hidden"),
     (PINWHEEL + ["--pinwheel_hidden="], "--pinwheel_hidden"),
     (["--dataset=digits", "--pinwheel_hidden=16"], "--pinwheel_hidden"),
+    (PINWHEEL + ["--pinwheel_posterior_std=0"], "--pinwheel_posterior_std"),
+    (PINWHEEL + ["--pinwheel_posterior_std=-0.1"], "--pinwheel_posterior_std"),
+    (["--dataset=digits", "--pinwheel_posterior_std=0.03"], "--pinwheel_posterior_std"),
+    (["--dataset=digits", "--pinwheel_anchor"], "--pinwheel_anchor"),
     (PINWHEEL + ["--lr_schedule=step"], "--lr_schedule"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
@@ -39,21 +45,25 @@ def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     assert_one_line_error(train_py(f"--output_dir={out}", "--epochs=1", "--verbose=0", *args, capsys=capsys), flag, out)
 
 
-def test_scale_and_widths_reach_the_run(tmp_path, capsys):
+def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--epochs=1",
-                    "--epsilon=2.87", "--l2_norm_clip=0.05", "--batch_clip=0.005", "--eval_importance_samples=5",
-                    "--verbose=0", "--seed=2", capsys=capsys)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--pinwheel_anchor",
+                    "--pinwheel_posterior_std=0.03", "--epochs=1", "--epsilon=2.87", "--l2_norm_clip=0.05",
+                    "--batch_clip=0.005", "--eval_importance_samples=5", "--verbose=0", "--seed=2", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # includes the engine's check of the fast clipping path
     results = json.load(open(out / "results.json"))
     assert results["pinwheel_scale"] == 1.0 and results["pinwheel_hidden"] == [8, 4]
-    # encoder 2-8-4-4 and decoder 2-4-8-2
-    assert results["num_parameters"] == (2 * 8 + 8 + 8 * 4 + 4 + 4 * 4 + 4) + (2 * 4 + 4 + 4 * 8 + 8 + 8 * 2 + 2)
+    assert results["pinwheel_anchor"] is True and results["pinwheel_posterior_std"] == 0.03
+    # encoder 2-8-4-2 (means only) and decoder 2-4-8-2, no biases but the decoder's output
+    assert results["num_parameters"] == (2 * 8 + 8 * 4 + 4 * 2) + (2 * 4 + 4 * 8 + 8 * 2 + 2)
     assert 0 <= results["metrics"]["cluster_purity"] <= 1
     # the reconstruction error is measured on the unit-scale data (radius ~1), not on radius ~10
     x = make_pinwheel(seed=2, scale=1.0)[0]
     assert results["metrics"]["reconstruction_error"] < 20 * float(np.var(x))
     assert (out / "pinwheel.png").exists()
+    mean, logvar = load_vae(str(out / "vae")).encode(tf.constant([[0.0, 0.0], [0.3, -0.2]]))
+    np.testing.assert_allclose(mean[0], [0.5, 0.5], atol=1e-6)  # the prior's centre, whatever was learned
+    np.testing.assert_allclose(tf.exp(0.5 * logvar), 0.03, rtol=1e-5)
 
 
 def test_cosine_schedule_decays_to_zero_over_the_planned_steps():

@@ -1,4 +1,5 @@
 """Built-in encoders/decoders: shapes, the pinwheel nets' configurable widths, bad widths."""
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -39,3 +40,48 @@ def test_bad_widths_name_the_parameter(bad):
 def test_unknown_architecture():
     with pytest.raises(ConfigError, match="^architecture"):
         build_architecture("resnet", [2], 2)
+
+
+def test_pinwheel_centre_ties_the_origin_to_the_prior_centre():
+    """With a centre the nets are odd about it: x = 0 is encoded at the centre, opposite points
+    (the pinwheel's arms k and k+2) at mirrored codes, and no layer has a bias to shift them."""
+    tf.keras.utils.set_random_seed(3)
+    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_centre=[0.5, 0.5])
+    x = tf.random.normal([5, 2])
+    mean, logvar = tf.split(enc(x), 2, axis=-1)
+    mean_neg, logvar_neg = tf.split(enc(-x), 2, axis=-1)
+    np.testing.assert_allclose(tf.split(enc(tf.zeros([1, 2])), 2, -1)[0], [[0.5, 0.5]], atol=1e-7)
+    np.testing.assert_allclose(mean - 0.5, -(mean_neg - 0.5), atol=1e-6)
+    assert not np.allclose(mean, 0.5, atol=1e-3)
+    assert not np.allclose(logvar, logvar_neg)  # the log-variance keeps its own head with a bias
+    u = tf.random.normal([5, 2])
+    bias = [layer for layer in dec.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    np.testing.assert_allclose(dec(0.5 + u) - bias, -(dec(0.5 - u) - bias), atol=1e-6)
+    # hidden 2->6 and means 6->2 without biases, log-variance 6->2 with; decoder 2->6 without, 6->2 with
+    assert enc.count_params() == 2 * 6 + 6 * 2 + (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
+
+
+def test_pinwheel_fixed_posterior_std():
+    enc, _ = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_posterior_std=0.03)
+    out = enc(tf.random.normal([4, 2]) * 3)
+    assert out.shape == (4, 4)
+    np.testing.assert_allclose(tf.exp(0.5 * out[:, 2:]), 0.03, rtol=1e-5)
+    assert enc.count_params() == (2 * 6 + 6) + (6 * 2 + 2)  # the encoder outputs means only
+
+
+def test_pinwheel_options_survive_saving(tmp_path):
+    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="4", pinwheel_centre=[0.5, 0.5],
+                                  pinwheel_posterior_std=0.05)
+    x = tf.random.normal([3, 2])
+    for model in (enc, dec):
+        model.save(tmp_path / f"{model.name}.keras")
+        again = tf.keras.models.load_model(tmp_path / f"{model.name}.keras", compile=False)
+        np.testing.assert_allclose(again(x), model(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,param", [({"pinwheel_posterior_std": 0.0}, "pinwheel_posterior_std"),
+                                          ({"pinwheel_posterior_std": -1.0}, "pinwheel_posterior_std"),
+                                          ({"pinwheel_centre": [0.5]}, "pinwheel_centre")])
+def test_bad_pinwheel_options_name_the_parameter(kwargs, param):
+    with pytest.raises(ConfigError, match=f"^{param}: "):
+        build_architecture("pinwheel", [2], 2, **kwargs)

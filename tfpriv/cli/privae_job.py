@@ -35,6 +35,13 @@ flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example
 flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
 flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
                     "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
+flags.DEFINE_bool("pinwheel_anchor", False,
+                  "--architecture=pinwheel: nets without biases except the decoder's output and the log-variance "
+                  "head, the encoder's means and the decoder's input centred at the prior's mean (a public "
+                  "constant), so the data's origin is encoded at the prior's centre by construction.")
+flags.DEFINE_float("pinwheel_posterior_std", None,
+                   "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means "
+                   "only); unset = learned.")
 flags.DEFINE_float("pinwheel_scale", PINWHEEL_SCALE,
                    "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius ~1). "
                    "A fixed constant of the generator, not computed from the data.")
@@ -79,6 +86,8 @@ class PriVAESettings(PrivateSettings):
     num_samples_L: int
     architecture: str
     pinwheel_hidden: str
+    pinwheel_anchor: bool
+    pinwheel_posterior_std: float | None
     pinwheel_scale: float
     likelihood: str
     obs_std: float
@@ -103,6 +112,8 @@ class PriVAERun(pipeline.TrainingRun):
         need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
         need("lr_schedule", s.lr_schedule in LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
         parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
+        need("pinwheel_posterior_std", s.pinwheel_posterior_std is None or s.pinwheel_posterior_std > 0, "> 0",
+             s.pinwheel_posterior_std)
         for flag, likelihood in (("obs_std", "gaussian"), ("obs_scale", "laplace")):
             if flag in s.given and s.likelihood != likelihood:
                 raise UsageError(f"--{flag}: only applies to --likelihood={likelihood}, got --likelihood={s.likelihood}")
@@ -160,6 +171,7 @@ class PriVAERun(pipeline.TrainingRun):
                "obs_scale": vae.obs_scale}
         if self.data.name == "pinwheel":
             out.update(pinwheel_scale=float(s.pinwheel_scale), pinwheel_hidden=list(parse_hidden(s.pinwheel_hidden)),
+                       pinwheel_anchor=bool(s.pinwheel_anchor), pinwheel_posterior_std=s.pinwheel_posterior_std,
                        num_parameters=int(vae.encoder.count_params() + vae.decoder.count_params()))
         return out
 
@@ -181,8 +193,9 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
     shape = dataset.x_train.shape[1:]
     if arch == "auto":
         arch = "conv" if tuple(shape[:2]) == (28, 28) else ("pinwheel" if dataset.kind == "points" else "mlp")
-    if arch != "pinwheel" and "pinwheel_hidden" in s.given:
-        raise UsageError(f"--pinwheel_hidden: only applies to --architecture=pinwheel, got --architecture={arch}")
+    for flag in ("pinwheel_hidden", "pinwheel_anchor", "pinwheel_posterior_std"):
+        if arch != "pinwheel" and flag in s.given:
+            raise UsageError(f"--{flag}: only applies to --architecture=pinwheel, got --architecture={arch}")
     likelihood = dataset.likelihood if s.likelihood == "auto" else s.likelihood
     kwargs = {}
     if s.prior == "mixture":
@@ -192,7 +205,11 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
         kwargs.update(gamma=s.prior_gamma, sigma0_sq=sigma0_sq)
     prior = make_prior(s.prior, latent_dim, **kwargs)
     regularizer = make_divergence(s.regularizer)
-    encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=s.pinwheel_hidden)
+    centre = None
+    if s.pinwheel_anchor:  # the prior's mean: a public constant of the model, not of the data
+        centre = (prior.weights @ prior.means if isinstance(prior, GaussianMixture) else np.zeros(latent_dim)).tolist()
+    encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=s.pinwheel_hidden,
+                                          pinwheel_centre=centre, pinwheel_posterior_std=s.pinwheel_posterior_std)
     alpha = s.alpha if regularizer is not None else 0.0
     return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=s.beta, alpha=alpha,
                regularizer=regularizer, num_samples=s.num_samples_L, obs_std=s.obs_std, obs_scale=s.obs_scale)

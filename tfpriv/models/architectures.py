@@ -58,6 +58,67 @@ def mlp_decoder(latent_dim: int, output_shape: Sequence[int], hidden: Sequence[i
     return tf.keras.Model(z, out, name="mlp_decoder")
 
 
+@tf.keras.utils.register_keras_serializable(package="tfpriv")
+class Shift(L.Layer):
+    """Adds a fixed vector (no trainable variables): places the origin of a pinwheel net at `offset`."""
+
+    def __init__(self, offset: Sequence[float], **kwargs):
+        super().__init__(**kwargs)
+        self.offset = [float(v) for v in offset]
+
+    def call(self, inputs):
+        return inputs + tf.constant(self.offset, inputs.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "offset": self.offset}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfpriv")
+class FixedStd(L.Layer):
+    """Posterior means [B, D] -> mean ‖ log-variance [B, 2D] with every std fixed at `std` (no variables)."""
+
+    def __init__(self, std: float, **kwargs):
+        super().__init__(**kwargs)
+        self.std = float(std)
+
+    def call(self, inputs):
+        return tf.concat([inputs, tf.fill(tf.shape(inputs), tf.cast(2.0 * np.log(self.std), inputs.dtype))], -1)
+
+    def get_config(self):
+        return {**super().get_config(), "std": self.std}
+
+
+def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int], centre=None,
+                  posterior_std: float | None = None) -> tuple[tf.keras.Model, tf.keras.Model]:
+    """Tanh FC encoder/decoder for 2-D points, the decoder mirroring the encoder's widths.
+
+    Default (no `centre`, no `posterior_std`): `mlp_encoder`/`mlp_decoder` with tanh units.
+    `centre` (e.g. the prior's centre, a public constant): hidden layers and the posterior means'
+    output without biases, so x = 0 is encoded at `centre` exactly and the decoder reads
+    z - centre; the data's centre and the prior's are tied by construction instead of through the
+    reconstruction, which is blind to a common shift of all codes. `posterior_std`: the encoder
+    outputs means only and every posterior std is this constant.
+    """
+    if centre is None and posterior_std is None:
+        return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
+                mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
+    use_bias = centre is None
+    x = tf.keras.Input(tuple(input_shape))
+    h = x
+    for width in hidden:
+        h = L.Dense(width, activation="tanh", use_bias=use_bias)(h)
+    mean = L.Dense(latent_dim, use_bias=use_bias)(h)
+    if not use_bias:
+        mean = Shift(centre)(mean)
+    out = FixedStd(posterior_std)(mean) if posterior_std is not None else L.Concatenate()([mean, L.Dense(latent_dim)(h)])
+    z = tf.keras.Input([latent_dim])
+    h = z if use_bias else Shift([-float(c) for c in centre])(z)
+    for width in hidden[::-1]:
+        h = L.Dense(width, activation="tanh", use_bias=use_bias)(h)
+    return (tf.keras.Model(x, out, name="pinwheel_encoder"),
+            tf.keras.Model(z, L.Dense(int(np.prod(input_shape)))(h), name="pinwheel_decoder"))
+
+
 ARCHITECTURES = ("conv", "mlp", "pinwheel")
 PINWHEEL_HIDDEN = (64, 64)
 
@@ -82,10 +143,12 @@ def parse_hidden(spec) -> tuple[int, ...]:
     return widths
 
 
-def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int,
-                       pinwheel_hidden=PINWHEEL_HIDDEN) -> tuple[tf.keras.Model, tf.keras.Model]:
+def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int, pinwheel_hidden=PINWHEEL_HIDDEN,
+                       pinwheel_centre=None, pinwheel_posterior_std: float | None = None,
+                       ) -> tuple[tf.keras.Model, tf.keras.Model]:
     """(encoder, decoder) by name: `conv` (28x28 images), `mlp` (anything), `pinwheel` (small
-    tanh FC nets; `pinwheel_hidden` are the encoder's hidden widths, mirrored in the decoder)."""
+    tanh FC nets, `pinwheel_nets`; `pinwheel_hidden` are the encoder's hidden widths, mirrored in
+    the decoder; `pinwheel_centre`, `pinwheel_posterior_std` as there)."""
     input_shape = tuple(int(d) for d in input_shape)
     if name == "conv":
         if input_shape[:2] != (28, 28):
@@ -95,6 +158,9 @@ def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int,
         return mlp_encoder(input_shape, latent_dim), mlp_decoder(latent_dim, input_shape)
     if name == "pinwheel":
         hidden = parse_hidden(pinwheel_hidden)
-        return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
-                mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
+        if pinwheel_posterior_std is not None and not pinwheel_posterior_std > 0:
+            raise ConfigError(f"pinwheel_posterior_std: must be > 0, got {pinwheel_posterior_std}")
+        if pinwheel_centre is not None and len(pinwheel_centre) != latent_dim:
+            raise ConfigError(f"pinwheel_centre: needs latent_dim={latent_dim} values, got {list(pinwheel_centre)}")
+        return pinwheel_nets(input_shape, latent_dim, hidden, pinwheel_centre, pinwheel_posterior_std)
     raise ConfigError(f"architecture: must be one of {', '.join(ARCHITECTURES)}, got {name!r}")
