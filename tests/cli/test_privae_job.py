@@ -37,7 +37,8 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (PINWHEEL + ["--pinwheel_posterior_std=0"], "--pinwheel_posterior_std"),
     (PINWHEEL + ["--pinwheel_posterior_std=-0.1"], "--pinwheel_posterior_std"),
     (["--dataset=digits", "--pinwheel_posterior_std=0.03"], "--pinwheel_posterior_std"),
-    (["--dataset=digits", "--pinwheel_anchor"], "--pinwheel_anchor"),
+    (PINWHEEL + ["--pinwheel_anchor=encoder"], "--pinwheel_anchor"),
+    (["--dataset=digits", "--pinwheel_anchor=both"], "--pinwheel_anchor"),
     (PINWHEEL + ["--lr_schedule=step"], "--lr_schedule"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
@@ -47,13 +48,13 @@ def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
 
 def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--pinwheel_anchor",
+    proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--pinwheel_anchor=both",
                     "--pinwheel_posterior_std=0.03", "--epochs=1", "--epsilon=2.87", "--l2_norm_clip=0.05",
                     "--batch_clip=0.005", "--eval_importance_samples=5", "--verbose=0", "--seed=2", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes the engine's check of the fast clipping path
     results = json.load(open(out / "results.json"))
     assert results["pinwheel_scale"] == 1.0 and results["pinwheel_hidden"] == [8, 4]
-    assert results["pinwheel_anchor"] is True and results["pinwheel_posterior_std"] == 0.03
+    assert results["pinwheel_anchor"] == "both" and results["pinwheel_posterior_std"] == 0.03
     # encoder 2-8-4-2 (means only) and decoder 2-4-8-2, no biases but the decoder's output
     assert results["num_parameters"] == (2 * 8 + 8 * 4 + 4 * 2) + (2 * 4 + 4 * 8 + 8 * 2 + 2)
     assert 0 <= results["metrics"]["cluster_purity"] <= 1

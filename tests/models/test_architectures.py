@@ -42,11 +42,12 @@ def test_unknown_architecture():
         build_architecture("resnet", [2], 2)
 
 
-def test_pinwheel_centre_ties_the_origin_to_the_prior_centre():
-    """With a centre the nets are odd about it: x = 0 is encoded at the centre, opposite points
+def test_pinwheel_anchor_both_ties_the_origin_to_the_prior_centre():
+    """Anchored at a centre, both nets are odd about it: x = 0 is encoded at the centre, opposite points
     (the pinwheel's arms k and k+2) at mirrored codes, and no layer has a bias to shift them."""
     tf.keras.utils.set_random_seed(3)
-    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_centre=[0.5, 0.5])
+    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_anchor="both",
+                                  pinwheel_centre=[0.5, 0.5])
     x = tf.random.normal([5, 2])
     mean, logvar = tf.split(enc(x), 2, axis=-1)
     mean_neg, logvar_neg = tf.split(enc(-x), 2, axis=-1)
@@ -61,6 +62,21 @@ def test_pinwheel_centre_ties_the_origin_to_the_prior_centre():
     assert enc.count_params() == 2 * 6 + 6 * 2 + (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
 
 
+def test_pinwheel_anchor_decoder_keeps_the_encoder_free():
+    """Anchored in the decoder only: the decoder is odd about the centre (up to its output bias),
+    the encoder keeps its biases (so it can still send every point to one code), its means
+    starting at the centre."""
+    tf.keras.utils.set_random_seed(4)
+    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_anchor="decoder",
+                                  pinwheel_centre=[0.5, 0.5])
+    u = tf.random.normal([5, 2])
+    bias = [layer for layer in dec.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    np.testing.assert_allclose(dec(0.5 + u) - bias, -(dec(0.5 - u) - bias), atol=1e-6)
+    np.testing.assert_allclose(tf.split(enc(tf.zeros([1, 2])), 2, -1)[0], [[0.5, 0.5]], atol=1e-7)
+    # encoder: hidden 2->6, means 6->2 and log-variances 6->2, all with biases; decoder as in `both`
+    assert enc.count_params() == (2 * 6 + 6) + 2 * (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
+
+
 def test_pinwheel_fixed_posterior_std():
     enc, _ = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_posterior_std=0.03)
     out = enc(tf.random.normal([4, 2]) * 3)
@@ -70,8 +86,8 @@ def test_pinwheel_fixed_posterior_std():
 
 
 def test_pinwheel_options_survive_saving(tmp_path):
-    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="4", pinwheel_centre=[0.5, 0.5],
-                                  pinwheel_posterior_std=0.05)
+    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="4", pinwheel_anchor="both",
+                                  pinwheel_centre=[0.5, 0.5], pinwheel_posterior_std=0.05)
     x = tf.random.normal([3, 2])
     for model in (enc, dec):
         model.save(tmp_path / f"{model.name}.keras")
@@ -81,7 +97,9 @@ def test_pinwheel_options_survive_saving(tmp_path):
 
 @pytest.mark.parametrize("kwargs,param", [({"pinwheel_posterior_std": 0.0}, "pinwheel_posterior_std"),
                                           ({"pinwheel_posterior_std": -1.0}, "pinwheel_posterior_std"),
-                                          ({"pinwheel_centre": [0.5]}, "pinwheel_centre")])
+                                          ({"pinwheel_anchor": "encoder"}, "pinwheel_anchor"),
+                                          ({"pinwheel_anchor": "both"}, "pinwheel_centre"),
+                                          ({"pinwheel_anchor": "decoder", "pinwheel_centre": [0.5]}, "pinwheel_centre")])
 def test_bad_pinwheel_options_name_the_parameter(kwargs, param):
     with pytest.raises(ConfigError, match=f"^{param}: "):
         build_architecture("pinwheel", [2], 2, **kwargs)

@@ -19,7 +19,7 @@ from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
-from tfpriv.models.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
+from tfpriv.models.architectures import PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture, parse_hidden
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.evaluation import encode_all, evaluate_vae
 from tfpriv.models.plots import image_grid, pinwheel_figure
@@ -35,10 +35,10 @@ flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example
 flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
 flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
                     "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
-flags.DEFINE_bool("pinwheel_anchor", False,
-                  "--architecture=pinwheel: nets without biases except the decoder's output and the log-variance "
-                  "head, the encoder's means and the decoder's input centred at the prior's mean (a public "
-                  "constant), so the data's origin is encoded at the prior's centre by construction.")
+flags.DEFINE_string("pinwheel_anchor", "none",
+                    "--architecture=pinwheel: none, decoder (the decoder reads z minus the prior's mean, a public "
+                    "constant, through hidden layers without biases) or both (the encoder too: no biases but the "
+                    "log-variance head's, its means offset by the prior's mean, so x = 0 is encoded there).")
 flags.DEFINE_float("pinwheel_posterior_std", None,
                    "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means "
                    "only); unset = learned.")
@@ -86,7 +86,7 @@ class PriVAESettings(PrivateSettings):
     num_samples_L: int
     architecture: str
     pinwheel_hidden: str
-    pinwheel_anchor: bool
+    pinwheel_anchor: str
     pinwheel_posterior_std: float | None
     pinwheel_scale: float
     likelihood: str
@@ -112,6 +112,8 @@ class PriVAERun(pipeline.TrainingRun):
         need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
         need("lr_schedule", s.lr_schedule in LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
         parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
+        need("pinwheel_anchor", s.pinwheel_anchor in PINWHEEL_ANCHORS, "one of " + ", ".join(PINWHEEL_ANCHORS),
+             repr(s.pinwheel_anchor))
         need("pinwheel_posterior_std", s.pinwheel_posterior_std is None or s.pinwheel_posterior_std > 0, "> 0",
              s.pinwheel_posterior_std)
         for flag, likelihood in (("obs_std", "gaussian"), ("obs_scale", "laplace")):
@@ -171,7 +173,7 @@ class PriVAERun(pipeline.TrainingRun):
                "obs_scale": vae.obs_scale}
         if self.data.name == "pinwheel":
             out.update(pinwheel_scale=float(s.pinwheel_scale), pinwheel_hidden=list(parse_hidden(s.pinwheel_hidden)),
-                       pinwheel_anchor=bool(s.pinwheel_anchor), pinwheel_posterior_std=s.pinwheel_posterior_std,
+                       pinwheel_anchor=s.pinwheel_anchor, pinwheel_posterior_std=s.pinwheel_posterior_std,
                        num_parameters=int(vae.encoder.count_params() + vae.decoder.count_params()))
         return out
 
@@ -206,10 +208,11 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
     prior = make_prior(s.prior, latent_dim, **kwargs)
     regularizer = make_divergence(s.regularizer)
     centre = None
-    if s.pinwheel_anchor:  # the prior's mean: a public constant of the model, not of the data
+    if s.pinwheel_anchor != "none":  # the prior's mean: a public constant of the model, not of the data
         centre = (prior.weights @ prior.means if isinstance(prior, GaussianMixture) else np.zeros(latent_dim)).tolist()
     encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=s.pinwheel_hidden,
-                                          pinwheel_centre=centre, pinwheel_posterior_std=s.pinwheel_posterior_std)
+                                          pinwheel_anchor=s.pinwheel_anchor, pinwheel_centre=centre,
+                                          pinwheel_posterior_std=s.pinwheel_posterior_std)
     alpha = s.alpha if regularizer is not None else 0.0
     return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=s.beta, alpha=alpha,
                regularizer=regularizer, num_samples=s.num_samples_L, obs_std=s.obs_std, obs_scale=s.obs_scale)

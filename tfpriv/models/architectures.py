@@ -88,33 +88,41 @@ class FixedStd(L.Layer):
         return {**super().get_config(), "std": self.std}
 
 
-def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int], centre=None,
-                  posterior_std: float | None = None) -> tuple[tf.keras.Model, tf.keras.Model]:
+PINWHEEL_ANCHORS = ("none", "decoder", "both")
+
+
+def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int], anchor: str = "none",
+                  centre=None, posterior_std: float | None = None) -> tuple[tf.keras.Model, tf.keras.Model]:
     """Tanh FC encoder/decoder for 2-D points, the decoder mirroring the encoder's widths.
 
-    Default (no `centre`, no `posterior_std`): `mlp_encoder`/`mlp_decoder` with tanh units.
-    `centre` (e.g. the prior's centre, a public constant): hidden layers and the posterior means'
-    output without biases, so x = 0 is encoded at `centre` exactly and the decoder reads
-    z - centre; the data's centre and the prior's are tied by construction instead of through the
-    reconstruction, which is blind to a common shift of all codes. `posterior_std`: the encoder
-    outputs means only and every posterior std is this constant.
+    Default (`anchor` none, no `posterior_std`): `mlp_encoder`/`mlp_decoder` with tanh units.
+    `anchor` ties the nets to `centre` (the prior's mean, a public constant), so a common shift
+    of all codes, which the plain nets' reconstruction cannot see, is no longer free:
+      `decoder`: the decoder reads z - centre through hidden layers without biases, i.e. it is odd
+        about the centre up to its output bias (the pinwheel is symmetric under x -> -x); the
+        encoder keeps its biases (its means start at the centre), so it can still map every
+        point to one code.
+      `both`: the encoder too has no biases but its log-variance head's, its means offset by the
+        centre: x = 0 is encoded at the centre exactly and opposite points at mirrored codes.
+    `posterior_std`: the encoder outputs means only and every posterior std is this constant.
     """
-    if centre is None and posterior_std is None:
+    if anchor == "none" and posterior_std is None:
         return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
                 mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
-    use_bias = centre is None
+    enc_bias, dec_bias = anchor != "both", anchor == "none"
     x = tf.keras.Input(tuple(input_shape))
     h = x
     for width in hidden:
-        h = L.Dense(width, activation="tanh", use_bias=use_bias)(h)
-    mean = L.Dense(latent_dim, use_bias=use_bias)(h)
-    if not use_bias:
+        h = L.Dense(width, activation="tanh", use_bias=enc_bias)(h)
+    start = "zeros" if anchor == "none" else tf.keras.initializers.Constant([float(c) for c in centre])
+    mean = L.Dense(latent_dim, use_bias=enc_bias, bias_initializer=start)(h)
+    if not enc_bias:
         mean = Shift(centre)(mean)
     out = FixedStd(posterior_std)(mean) if posterior_std is not None else L.Concatenate()([mean, L.Dense(latent_dim)(h)])
     z = tf.keras.Input([latent_dim])
-    h = z if use_bias else Shift([-float(c) for c in centre])(z)
+    h = z if dec_bias else Shift([-float(c) for c in centre])(z)
     for width in hidden[::-1]:
-        h = L.Dense(width, activation="tanh", use_bias=use_bias)(h)
+        h = L.Dense(width, activation="tanh", use_bias=dec_bias)(h)
     return (tf.keras.Model(x, out, name="pinwheel_encoder"),
             tf.keras.Model(z, L.Dense(int(np.prod(input_shape)))(h), name="pinwheel_decoder"))
 
@@ -144,11 +152,11 @@ def parse_hidden(spec) -> tuple[int, ...]:
 
 
 def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int, pinwheel_hidden=PINWHEEL_HIDDEN,
-                       pinwheel_centre=None, pinwheel_posterior_std: float | None = None,
+                       pinwheel_anchor: str = "none", pinwheel_centre=None, pinwheel_posterior_std: float | None = None,
                        ) -> tuple[tf.keras.Model, tf.keras.Model]:
     """(encoder, decoder) by name: `conv` (28x28 images), `mlp` (anything), `pinwheel` (small
     tanh FC nets, `pinwheel_nets`; `pinwheel_hidden` are the encoder's hidden widths, mirrored in
-    the decoder; `pinwheel_centre`, `pinwheel_posterior_std` as there)."""
+    the decoder; `pinwheel_anchor`, `pinwheel_centre`, `pinwheel_posterior_std` as there)."""
     input_shape = tuple(int(d) for d in input_shape)
     if name == "conv":
         if input_shape[:2] != (28, 28):
@@ -160,7 +168,10 @@ def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int, p
         hidden = parse_hidden(pinwheel_hidden)
         if pinwheel_posterior_std is not None and not pinwheel_posterior_std > 0:
             raise ConfigError(f"pinwheel_posterior_std: must be > 0, got {pinwheel_posterior_std}")
-        if pinwheel_centre is not None and len(pinwheel_centre) != latent_dim:
-            raise ConfigError(f"pinwheel_centre: needs latent_dim={latent_dim} values, got {list(pinwheel_centre)}")
-        return pinwheel_nets(input_shape, latent_dim, hidden, pinwheel_centre, pinwheel_posterior_std)
+        if pinwheel_anchor not in PINWHEEL_ANCHORS:
+            raise ConfigError(f"pinwheel_anchor: must be one of {', '.join(PINWHEEL_ANCHORS)}, got {pinwheel_anchor!r}")
+        if pinwheel_anchor != "none" and (pinwheel_centre is None or len(pinwheel_centre) != latent_dim):
+            raise ConfigError(f"pinwheel_centre: pinwheel_anchor={pinwheel_anchor} needs latent_dim={latent_dim} "
+                              f"values, got {pinwheel_centre}")
+        return pinwheel_nets(input_shape, latent_dim, hidden, pinwheel_anchor, pinwheel_centre, pinwheel_posterior_std)
     raise ConfigError(f"architecture: must be one of {', '.join(ARCHITECTURES)}, got {name!r}")
