@@ -25,9 +25,10 @@ def tiny_wgan(config: DPConfig, conditional: bool = False, critic_steps: int = 1
     return model
 
 
-def tiny_dpgan(config: DPConfig, conditional: bool = False, critic_steps: int = 2):
+def tiny_dpgan(config: DPConfig, conditional: bool = False, critic_steps: int = 2, **kwargs):
+    """kwargs: make_dpgan's gan_loss, weight_clip."""
     model = make_dpgan(capacity=2, latent_size=4, num_classes=10 if conditional else None,
-                       critic_steps=critic_steps, seed=0, generator_batch_size=4)
+                       critic_steps=critic_steps, seed=0, generator_batch_size=4, **kwargs)
     model.compile(rmsprop(1e-3), rmsprop(1e-3), dp=config, num_examples=N_TRAIN)
     return model
 

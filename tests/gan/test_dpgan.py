@@ -1,8 +1,9 @@
-"""DPGAN: exact fast-path clipping at c_g, weight clipping, and Xie et al.'s noise formula."""
+"""DPGAN: exact fast-path clipping at c_g, weight clipping, the logistic loss and Xie et al.'s noise formula."""
 import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.gan.helpers import critic_inputs, dp, global_norm, naive_per_example_grads, real_batch, tiny_dpgan
 from tfpriv.errors import ConfigError
@@ -10,8 +11,9 @@ from tfpriv.gan.dpgan import privacy_comparison, xie_epsilon, xie_sigma_n
 from tfpriv.privacy.accounting import epsilon_for
 
 
-def test_fast_path_clips_each_example_at_c_g_like_a_naive_loop():
-    model = tiny_dpgan(dp(clip=1.0, clipping="fast"), conditional=True)
+@pytest.mark.parametrize("gan_loss,weight_clip", [("wasserstein", 0.01), ("logistic", 0.0)])
+def test_fast_path_clips_each_example_at_c_g_like_a_naive_loop(gan_loss, weight_clip):
+    model = tiny_dpgan(dp(clip=1.0, clipping="fast"), conditional=True, gan_loss=gan_loss, weight_clip=weight_clip)
     model.prepare(real_batch(6, conditional=True))  # runs the engine's fast-path verification
     inputs = critic_inputs(6, conditional=True, seed=11)
     naive = naive_per_example_grads(model, inputs)
@@ -38,6 +40,40 @@ def test_critic_weights_are_clipped_after_each_update():
     assert int(model.ledger.steps.numpy()) == 1 and int(model.g_optimizer.iterations.numpy()) == 0
 
 
+def _scores(model, inputs) -> tuple[np.ndarray, np.ndarray]:
+    d = lambda x: model.critic([inputs[x], inputs["label"]]).numpy().astype(np.float64)  # noqa: E731
+    return d("image"), d("fake")
+
+
+def test_logistic_loss_is_the_cross_entropy_of_a_real_fake_classifier():
+    model = tiny_dpgan(dp(clipping="fast"), conditional=True, gan_loss="logistic", weight_clip=0.0)
+    inputs = critic_inputs(5, conditional=True, seed=3, scale=3.0)
+    terms = model.loss_fn(inputs, None)
+    assert list(terms.sample) == ["logistic"]
+    d_real, d_fake = _scores(model, inputs)
+    sigmoid = lambda t: 1.0 / (1.0 + np.exp(-t))  # noqa: E731
+    want = -np.log(sigmoid(d_real)) - np.log(1.0 - sigmoid(d_fake))
+    np.testing.assert_allclose(terms.sample["logistic"].numpy(), want, rtol=1e-5)
+    scores = tf.constant([-3.0, -0.5, 0.0, 2.0])  # non-saturating: -log D(G(z))
+    np.testing.assert_allclose(model.generator_loss(scores).numpy(), -np.log(sigmoid(scores.numpy())), rtol=1e-5)
+    wgan = tiny_dpgan(dp(clipping="fast"), conditional=True)
+    d_real, d_fake = _scores(wgan, inputs)
+    np.testing.assert_allclose(wgan.loss_fn(inputs, None).sample["wasserstein"].numpy(), d_fake - d_real,
+                               rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(wgan.generator_loss(scores).numpy(), -scores.numpy())
+
+
+def test_weight_clip_zero_turns_clipping_off():
+    # The update that test_critic_weights_are_clipped_after_each_update clips to c_p, left unclipped.
+    model = tiny_dpgan(dp(clip=1.0, noise=0.5, batch=8.0, clipping="fast", verify=False), gan_loss="logistic",
+                       weight_clip=0.0)
+    model.d_optimizer.learning_rate.assign(0.5)
+    model.prepare(real_batch(8))
+    model.train_step(real_batch(8))
+    weights = np.concatenate([v.numpy().ravel() for v in model.critic.trainable_variables])
+    assert np.abs(weights).max() > 0.1 and int(model.ledger.steps.numpy()) == 1
+
+
 def test_xie_formula_and_comparison_with_our_accountant():
     # sigma_n = 2 q sqrt(n_d log(1/delta)) / eps: q=0.01, n_d=5, delta=1e-5, eps=1.
     assert xie_sigma_n(1.0, 0.01, 5, 1e-5) == pytest.approx(0.02 * math.sqrt(5 * math.log(1e5)))
@@ -51,7 +87,13 @@ def test_xie_formula_and_comparison_with_our_accountant():
         64 * cmp["xie_epsilon_one_outer_loop_sigma_on_sum"])
 
 
-def test_bad_weight_clip_is_refused():
-    with pytest.raises(ConfigError, match=r"^--weight_clip: must be a positive finite number, got 0"):
-        from tfpriv.gan.dpgan import make_dpgan
-        make_dpgan(capacity=2, latent_size=4, weight_clip=0.0)
+@pytest.mark.parametrize("kwargs,message", [
+    ({"weight_clip": -1.0}, "weight_clip: must be a finite number >= 0 (0: off), got -1.0"),
+    ({"weight_clip": 0.0}, "weight_clip: the Wasserstein critic needs weight clipping (> 0)"),
+    ({"gan_loss": "hinge"}, "gan_loss: must be one of wasserstein, logistic, got 'hinge'"),
+])
+def test_bad_settings_are_refused(kwargs, message):
+    from tfpriv.gan.dpgan import make_dpgan
+    with pytest.raises(ConfigError) as err:
+        make_dpgan(capacity=2, latent_size=4, **kwargs)
+    assert str(err.value).startswith(message)

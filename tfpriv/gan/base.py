@@ -147,6 +147,10 @@ class PrivateWGAN(DPModel):
         """Named per-example loss terms [B], summing to example i's critic loss."""
         raise NotImplementedError(f"{type(self).__name__} must define its per-example critic terms")
 
+    def generator_loss(self, scores: tf.Tensor) -> tf.Tensor:
+        """Per-fake generator loss [B] from the critic's scores of the fakes (WGAN: -D(G(z)))."""
+        return -scores
+
     def after_critic_update(self) -> None:
         """Hook after each critic update (DPGAN: weight clipping, post-processing)."""
         return None
@@ -165,11 +169,11 @@ class PrivateWGAN(DPModel):
         labels = self.random_labels(rows) if self.conditional else None
         with tf.GradientTape() as tape:
             fake = self.generator(self._generator_in(self._latent(rows), labels), training=True)
-            scores = self.critic(self._critic_in(fake, labels), training=True)
-            loss = -tf.reduce_sum(scores) / n
+            losses = self.generator_loss(self.critic(self._critic_in(fake, labels), training=True))
+            loss = tf.reduce_sum(losses) / n
         grads = tape.gradient(loss, self.generator.trainable_variables)
         self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_variables))
-        return -tf.reduce_mean(scores)
+        return tf.reduce_mean(losses)
 
     def after_private_step(self) -> dict:
         """Weight clipping (DPGAN), then a generator step every `critic_steps` critic steps."""

@@ -31,7 +31,10 @@ IMAGE_DATASETS = ("mnist", "fashion_mnist")
 flags.DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
 flags.DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
 flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
-flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update.")
+flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
+                   "(0: off, only with --gan_loss=logistic).")
+flags.DEFINE_string("gan_loss", "wasserstein", "DPGAN: wasserstein (Xie et al.) or logistic (the standard GAN loss with a "
+                    "non-saturating generator, as in Bie et al. 2023).")
 flags.DEFINE_float("generator_ema", 0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
                    "Post-processing: no privacy cost.")
 flags.DEFINE_integer("latent_size", 128, "Generator latent dimension.")
@@ -57,6 +60,7 @@ class GanSettings(PrivateSettings):
     capacity: int
     gp_weight: float
     weight_clip: float
+    gan_loss: str
     generator_ema: float
     latent_size: int
     conditional: bool
@@ -89,6 +93,7 @@ COMMON_DEFAULTS = dict(dataset="mnist", aggregation="micro", num_samples=10000)
 
 def validate(s: GanSettings) -> None:
     """Every GAN setting checked (UsageError naming the flag) before anything is read or written."""
+    from tfpriv.gan.dpgan import GAN_LOSSES
     from tfpriv.privacy.config import CLIPPING_METHODS
     need("dataset", s.dataset in IMAGE_DATASETS, f"one of {', '.join(IMAGE_DATASETS)} (28x28 images) for a GAN", repr(s.dataset))
     need("capacity", s.capacity >= 1, ">= 1", s.capacity)
@@ -96,7 +101,13 @@ def validate(s: GanSettings) -> None:
     need("latent_size", s.latent_size >= 1, ">= 1", s.latent_size)
     need("generator_ema", 0 <= s.generator_ema < 1, "in [0, 1)", s.generator_ema)
     need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
-    need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip > 0, "a positive finite number", s.weight_clip)
+    need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip >= 0, "a finite number >= 0 (0: off)", s.weight_clip)
+    need("gan_loss", s.gan_loss in GAN_LOSSES, f"one of {', '.join(GAN_LOSSES)}", repr(s.gan_loss))
+    if s.model == "dpwgan_gp" and s.gan_loss != "wasserstein":
+        raise UsageError(f"--gan_loss: {s.gan_loss!r} applies to --model=dpgan only; DP-WGAN-GP is a Wasserstein GAN")
+    if s.model == "dpgan" and s.gan_loss == "wasserstein" and s.weight_clip == 0:
+        raise UsageError("--weight_clip: the Wasserstein critic needs weight clipping (> 0); 0 (off) only with "
+                         "--gan_loss=logistic")
     need("num_samples", s.num_samples >= 10, ">= 10", s.num_samples)
     need("epochs", s.epochs >= 1, ">= 1", s.epochs)
     need("batch_size", s.batch_size >= 1, ">= 1", s.batch_size)
@@ -149,7 +160,7 @@ class GanRun(pipeline.TrainingRun):
             d_opt, g_opt = wgan_gp.dp_adam(s.learning_rate), wgan_gp.dp_adam(s.learning_rate, s.generator_ema)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
-                                     seed=self.seed, generator_batch_size=s.batch_size)
+                                     seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss)
             d_opt, g_opt = dpgan.rmsprop(s.learning_rate), dpgan.rmsprop(s.learning_rate, s.generator_ema)
         self.g_opt = g_opt
         config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,

@@ -7,6 +7,12 @@ activations and inputs; tfpriv does not rely on that derivation: the engine clip
 example's critic gradient at c_g (= l2_norm_clip C), so the reported epsilon holds for any
 data. The loss has no second-order term, so the fast (ghost-norm) path is exact here.
 Optimizer: RMSProp as in WGAN (lr 5e-5, c_p = 0.01).
+
+`gan_loss="logistic"` swaps the Wasserstein loss for the standard GAN loss of Bie et al. 2023
+("Private GANs, revisited"): critic loss softplus(-D(real_i)) + softplus(D(fake_i)) (the
+cross-entropy of a real/fake classifier with logit D), non-saturating generator loss
+softplus(-D(G(z))). That loss needs no Lipschitz constraint, so weight clipping may be off
+(`weight_clip=0`); it too differentiates through the critic once, so fast clipping stays exact.
 """
 from __future__ import annotations
 
@@ -22,34 +28,53 @@ from tfpriv.privacy.terms import TermSpec
 
 WEIGHT_CLIP = 0.01
 LEARNING_RATE = 5e-5
+GAN_LOSSES = ("wasserstein", "logistic")
 
 
 class DPGAN(PrivateWGAN):
-    """Weight-clipped WGAN whose critic gradient is per-example clipped at c_g and noised."""
+    """Weight-clipped WGAN (or logistic GAN) whose critic gradient is per-example clipped at c_g and noised."""
 
-    spec = TermSpec(sample=("wasserstein",))
-
-    def __init__(self, generator, critic, weight_clip: float = WEIGHT_CLIP, **kwargs):
+    def __init__(self, generator, critic, weight_clip: float = WEIGHT_CLIP, gan_loss: str = "wasserstein", **kwargs):
         super().__init__(generator, critic, **kwargs)
-        if not (math.isfinite(weight_clip) and weight_clip > 0):
-            raise ConfigError(f"--weight_clip: must be a positive finite number, got {weight_clip}")
+        if gan_loss not in GAN_LOSSES:
+            raise ConfigError(f"gan_loss: must be one of {', '.join(GAN_LOSSES)}, got {gan_loss!r}")
+        if not (math.isfinite(weight_clip) and weight_clip >= 0):
+            raise ConfigError(f"weight_clip: must be a finite number >= 0 (0: off), got {weight_clip}")
+        if gan_loss == "wasserstein" and weight_clip == 0:
+            raise ConfigError("weight_clip: the Wasserstein critic needs weight clipping (> 0) to stay Lipschitz; "
+                              "0 (off) only with gan_loss='logistic'")
         self.weight_clip = float(weight_clip)
+        self.gan_loss = gan_loss
+        self.spec = TermSpec(sample=(gan_loss,))
 
     def critic_terms(self, real, fake, labels, mix):
-        return {"wasserstein": self.critic(self._critic_in(fake, labels), training=True)
-                - self.critic(self._critic_in(real, labels), training=True)}
+        d_fake = self.critic(self._critic_in(fake, labels), training=True)
+        d_real = self.critic(self._critic_in(real, labels), training=True)
+        if self.gan_loss == "logistic":
+            return {"logistic": tf.nn.softplus(-d_real) + tf.nn.softplus(d_fake)}
+        return {"wasserstein": d_fake - d_real}
+
+    def generator_loss(self, scores: tf.Tensor) -> tf.Tensor:
+        return tf.nn.softplus(-scores) if self.gan_loss == "logistic" else -scores
+
+    def step_logs(self, logs: dict) -> dict:
+        if self.gan_loss == "logistic":
+            logs.update(d_loss=logs["logistic"])
+            return logs
+        return super().step_logs(logs)
 
     def after_critic_update(self) -> None:
-        for v in self.critic.trainable_variables:
-            v.assign(tf.clip_by_value(v, -self.weight_clip, self.weight_clip))
+        if self.weight_clip > 0:
+            for v in self.critic.trainable_variables:
+                v.assign(tf.clip_by_value(v, -self.weight_clip, self.weight_clip))
 
 
 def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                critic_steps: int = 5, weight_clip: float = WEIGHT_CLIP, seed: int | None = None,
-               generator_batch_size: int | None = None) -> DPGAN:
+               generator_batch_size: int | None = None, gan_loss: str = "wasserstein") -> DPGAN:
     """DPGAN on the same critic/generator architecture as DP-WGAN-GP."""
     return DPGAN(build_generator(capacity, latent_size, num_classes), build_critic(capacity, num_classes),
-                 weight_clip=weight_clip, latent_size=latent_size, num_classes=num_classes,
+                 weight_clip=weight_clip, gan_loss=gan_loss, latent_size=latent_size, num_classes=num_classes,
                  critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
                  name="dpgan")
 
