@@ -1,0 +1,47 @@
+"""The mechanism's random streams: the DP noise draw (normal_once) and stream independence."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from tfpriv.privacy.rng import box_muller, stream_generator
+
+
+def test_box_muller_is_tensorflows_normal_kernel():
+    """Adjacent uniforms (x0, x1) of one Philox draw give the kernel's pair (r sin, r cos)."""
+    key, counter = tf.constant([7], tf.uint64), tf.constant([0, 3], tf.uint64)
+    u = tf.raw_ops.StatelessRandomUniformV2(shape=[50_000, 2], key=key, counter=counter, alg=1)
+    z = tf.raw_ops.StatelessRandomNormalV2(shape=[50_000, 2], key=key, counter=counter, alg=1).numpy()
+    mine = np.stack([t.numpy() for t in box_muller(u[:, 0], u[:, 1])], axis=1)
+    np.testing.assert_allclose(mine, z, rtol=2e-5, atol=2e-6)
+    # The kernel's floor of 1e-7 on the radius' uniform (u = 0 has probability 2^-23).
+    assert box_muller(tf.zeros([1]), tf.fill([1], 0.25))[0].numpy()[0] == pytest.approx(np.sqrt(-2 * np.log(1e-7)))
+
+
+@pytest.mark.parametrize("shape", [[1], [7], [3, 5], [100_001]])
+def test_normal_once_shape_std_and_distribution(shape):
+    g = stream_generator(0, "noise")
+    z = g.normal_once(shape, stddev=2.5).numpy()
+    assert z.shape == tuple(shape) and z.dtype == np.float32 and np.all(np.isfinite(z))
+    if z.size > 1000:
+        assert stats.kstest(z.ravel() / 2.5, "norm").pvalue > 1e-4
+        assert np.std(z) == pytest.approx(2.5, rel=0.02)
+
+
+def test_normal_once_is_a_function_of_the_generator_state():
+    a, b = stream_generator(3, "noise"), stream_generator(3, "noise")
+    first = a.normal_once([11]).numpy()
+    np.testing.assert_array_equal(first, b.normal_once([11]).numpy())
+    state = a.state.numpy()
+    second = a.normal_once([11]).numpy()
+    assert not np.allclose(first, second)       # the state advanced
+    b.state.assign(state)                       # a restored checkpoint continues the stream
+    np.testing.assert_array_equal(second, b.normal_once([11]).numpy())
+    assert not np.allclose(first, stream_generator(4, "noise").normal_once([11]).numpy())
+
+
+@pytest.mark.parametrize("dtype", [tf.float64, tf.bfloat16])
+def test_normal_once_dtypes(dtype):
+    z = stream_generator(0, "noise").normal_once([2001], dtype=dtype)
+    assert z.dtype == dtype
+    assert np.std(tf.cast(z, tf.float64).numpy()) == pytest.approx(1.0, rel=0.1)
