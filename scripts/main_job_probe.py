@@ -12,7 +12,7 @@ metrics, optional sample scores) and writes it with the figures to --output_dir:
         --regularizer=mmd --batch_clip=0.02 --num_partitions=100 --latent_dim=16 --epochs=30
 
 `--score_samples` also rates 10,000 decoded prior samples with the project's MNIST evaluation
-CNN (`tfpriv.metrics.mnist_classifier`, trained once and cached; --classifier_epochs): inception
+CNN (`tfpriv.metrics.eval_classifier`, trained once and cached; --classifier_epochs): inception
 score, mean top-class probability, share of samples with top-class probability >= 0.9, and the
 class histogram. Real test images give the reference values.
 
@@ -73,11 +73,11 @@ def _optimizer(name: str, lr: float) -> tf.keras.optimizers.Optimizer:
 def sample_scores(vae: VAE, real: np.ndarray, data_dir, epochs: int, n: int = 10000) -> dict:
     """Scores of n prior samples (and of n real test images) from the cached evaluation CNN."""
     from tfpriv.metrics.generative import frechet_distance, inception_score
-    from tfpriv.metrics.mnist_classifier import classifier_outputs, get_mnist_classifier, load_info
+    from tfpriv.metrics.eval_classifier import classifier_outputs, get_classifier, load_info
 
     start = time.time()
-    clf = get_mnist_classifier(data_dir, epochs=epochs)
-    info = load_info(epochs=epochs)
+    clf = get_classifier("mnist", data_dir, epochs=epochs)
+    info = load_info("mnist", epochs=epochs)
     samples = np.concatenate([vae.sample(1000, seed=10 + k).numpy() for k in range(n // 1000)])
     out = {"classifier_test_accuracy": info["test_accuracy"], "classifier_epochs": epochs, "n": n}
     feats = {}

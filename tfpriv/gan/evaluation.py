@@ -1,8 +1,8 @@
 """Scoring a generator: inception score, Frechet distance, downstream accuracy, sample grids.
 
-Inception score and Frechet distance use the project's MNIST classifier
-(`tfpriv.metrics.mnist_classifier`): IS on the classifier's probabilities of n samples (10
-splits), FD between its penultimate features of the samples and of the real MNIST test set.
+Inception score and Frechet distance use the project's evaluation classifier of the dataset
+(`tfpriv.metrics.eval_classifier`): IS on the classifier's probabilities of n samples (10
+splits), FD between its penultimate features of the samples and of the real test set.
 Downstream accuracy (conditional models): a fresh CNN of the same architecture trained only on
 labelled synthetic samples, tested on the real test set.
 """
@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tfpriv.errors import UsageError
 from tfpriv.metrics.generative import frechet_distance, inception_score
-from tfpriv.metrics.mnist_classifier import classifier_outputs, compiled_classifier
+from tfpriv.metrics.eval_classifier import classifier_outputs, compiled_classifier
 
 
 def generate_samples(model, n: int, batch_size: int = 1000, num_classes: int | None = None,

@@ -16,7 +16,7 @@ __all__ = [
     "cluster_purity",
     "frechet_distance",
     "frechet_distance_from_stats",
-    "get_mnist_classifier",
+    "get_classifier",
     "hoyer",
     "hoyer_sparsity",
     "importance_sampled_log_likelihood",
@@ -28,8 +28,8 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Lazy, so `python -m tfpriv.metrics.mnist_classifier` does not import itself twice.
-    if name in ("classifier_outputs", "get_mnist_classifier"):
-        from tfpriv.metrics import mnist_classifier
-        return getattr(mnist_classifier, name)
+    # Lazy, so `python -m tfpriv.metrics.eval_classifier` does not import itself twice.
+    if name in ("classifier_outputs", "get_classifier"):
+        from tfpriv.metrics import eval_classifier
+        return getattr(eval_classifier, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,17 +5,18 @@ import pytest
 import tensorflow as tf
 
 from tfpriv.errors import DataError, UsageError
-from tfpriv.metrics import mnist_classifier as mc
+from tfpriv.metrics import eval_classifier as mc
 from tfpriv.training.results import REQUIRED_KEYS
 
-# Smoke threshold only: 1 epoch on 6000 images. The real classifier's accuracy (>= 99.3%)
-# is measured by `python -m tfpriv.metrics.mnist_classifier` and recorded in the docs.
+# Smoke thresholds only: 1 epoch on 6000 images. The real classifiers' accuracies (MNIST >= 99.3%)
+# are measured by `python -m tfpriv.metrics.eval_classifier --dataset=...` and recorded in the docs.
 SMOKE_MIN_ACCURACY = 0.80
+SMOKE_MIN_ACCURACY_FASHION = 0.65
 SMOKE = dict(epochs=1, max_train_examples=6000)
 
 
 def test_load_mnist_shapes_and_range(data_dir):
-    x_train, y_train, x_test, y_test = mc.load_mnist(data_dir)
+    x_train, y_train, x_test, y_test = mc.load_images("mnist", data_dir)
     assert x_train.shape == (60000, 28, 28, 1) and x_test.shape == (10000, 28, 28, 1)
     assert x_train.min() == 0.0 and x_train.max() == 1.0
     assert np.bincount(y_test).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
@@ -23,34 +24,35 @@ def test_load_mnist_shapes_and_range(data_dir):
 
 @pytest.fixture(scope="module")
 def smoke_cache(tmp_path_factory, data_dir):
-    cache = tmp_path_factory.mktemp("mnist_classifier")
-    model = mc.get_mnist_classifier(str(data_dir), cache_dir=str(cache), **SMOKE)
+    cache = tmp_path_factory.mktemp("eval_classifier")
+    model = mc.get_classifier("mnist", str(data_dir), cache_dir=str(cache), **SMOKE)
     return cache, model
 
 
 def test_training_writes_cache_and_records(smoke_cache):
     cache, _ = smoke_cache
-    directory = cache / mc.cache_key(1, 0, 6000)
+    directory = cache / mc.cache_key("mnist", 1, 0, 6000)
     assert (directory / "model.keras").is_file()
-    info = mc.load_info(str(cache), **SMOKE)
+    info = mc.load_info("mnist", str(cache), **SMOKE)
     assert info["model_version"] == mc.MODEL_VERSION and info["train_examples"] == 6000
+    assert info["dataset"] == "mnist"
     assert info["test_accuracy"] >= SMOKE_MIN_ACCURACY
     record = json.loads((directory / "results.json").read_text())
     assert set(REQUIRED_KEYS) <= set(record)
-    assert record["metrics"]["test_accuracy"] == info["test_accuracy"]
+    assert record["metrics"]["test_accuracy"] == info["test_accuracy"] and record["dataset"] == "mnist"
 
 
 def test_second_call_loads_from_cache_without_training(smoke_cache, data_dir, monkeypatch):
     cache, model = smoke_cache
     monkeypatch.setattr(mc, "train_classifier", lambda *a, **k: pytest.fail("retrained"))
-    loaded = mc.get_mnist_classifier(str(data_dir), cache_dir=str(cache), **SMOKE)
+    loaded = mc.get_classifier("mnist", str(data_dir), cache_dir=str(cache), **SMOKE)
     for a, b in zip(model.get_weights(), loaded.get_weights()):
         np.testing.assert_array_equal(a, b)
 
 
 def test_outputs_are_probabilities_and_penultimate_features(smoke_cache, data_dir):
     _, model = smoke_cache
-    _, _, x_test, y_test = mc.load_mnist(data_dir)
+    _, _, x_test, y_test = mc.load_images("mnist", data_dir)
     probs, features = mc.classifier_outputs(model, x_test[:300], batch_size=128)
     assert probs.shape == (300, 10) and features.shape == (300, mc.FEATURE_DIM)
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
@@ -72,3 +74,23 @@ def test_outputs_reject_wrong_range_and_shape(smoke_cache):
         mc.classifier_outputs(model, -np.ones((2, 28, 28, 1)))
     with pytest.raises(UsageError, match="^images: expected shape"):
         mc.classifier_outputs(model, np.zeros((2, 32, 32, 1)))
+
+
+def test_fashion_mnist_gets_its_own_classifier_and_cache(smoke_cache, data_dir):
+    cache, mnist_model = smoke_cache
+    model = mc.get_classifier("fashion_mnist", str(data_dir), cache_dir=str(cache), **SMOKE)
+    assert (cache / mc.cache_key("fashion_mnist", 1, 0, 6000) / "model.keras").is_file()
+    info = mc.load_info("fashion_mnist", str(cache), **SMOKE)
+    assert info["dataset"] == "fashion_mnist" and info["test_accuracy"] >= SMOKE_MIN_ACCURACY_FASHION
+    _, _, x_test, y_test = mc.load_images("fashion_mnist", data_dir)
+    probs, _ = mc.classifier_outputs(model, x_test[:500])
+    assert np.mean(probs.argmax(1) == y_test[:500]) >= SMOKE_MIN_ACCURACY_FASHION
+    # the MNIST classifier is not it: it reads Fashion-MNIST far worse
+    mnist_probs, _ = mc.classifier_outputs(mnist_model, x_test[:500])
+    assert np.mean(mnist_probs.argmax(1) == y_test[:500]) < 0.5
+
+
+def test_unknown_dataset_is_refused_naming_the_parameter(tmp_path, data_dir):
+    with pytest.raises(UsageError, match=r"^dataset: must be one of mnist, fashion_mnist, got 'cifar10'"):
+        mc.get_classifier("cifar10", str(data_dir), cache_dir=str(tmp_path))
+    assert not any(tmp_path.iterdir())

@@ -1,11 +1,13 @@
-"""The MNIST classifier behind the DP-GAN scores (inception score, Frechet distance).
+"""The evaluation classifiers behind the DP-GAN scores (inception score, Frechet distance).
 
-A small non-private CNN trained by the project on real MNIST (Schwabedal et al. use one at
-about 99.6% test accuracy). It is trained once and cached on disk, keyed by MODEL_VERSION and
-the training settings, so every evaluation scores samples with the same network.
+A small non-private CNN trained by the project on a dataset's real training images, one per
+dataset (MNIST: Schwabedal et al. use one at about 99.6% test accuracy; Fashion-MNIST: the same
+network). It is trained once and cached on disk, keyed by the dataset, MODEL_VERSION and the
+training settings, so every evaluation scores samples with the same network. The training
+images are public reference data here, not the private data of a DP run.
 
-Reproduce the cached model (prints test accuracy and wall time, writes results.json):
-    python -m tfpriv.metrics.mnist_classifier --data-dir ../shared/data
+Reproduce a cached model (prints test accuracy and wall time, writes results.json):
+    python -m tfpriv.metrics.eval_classifier --dataset=mnist --data-dir ../shared/data
 """
 from __future__ import annotations
 
@@ -28,19 +30,26 @@ MODEL_VERSION = "cnn5x5-v1"  # bump when the architecture or training recipe cha
 DEFAULT_EPOCHS = 8
 FEATURE_DIM = 256
 DEFAULT_BATCH_SIZE = 128
-DEFAULT_CACHE_DIR = pathlib.Path("~/.cache/tfpriv/mnist_classifier")
+DEFAULT_CACHE_DIR = pathlib.Path("~/.cache/tfpriv/eval_classifier")
+DATASETS = ("mnist", "fashion_mnist")
 
 
-def load_mnist(data_dir: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _check_dataset(dataset: str) -> None:
+    if dataset not in DATASETS:
+        raise UsageError(f"dataset: must be one of {', '.join(DATASETS)}, got {dataset!r}")
+
+
+def load_images(dataset: str, data_dir: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_train, y_train, x_test, y_test); images float32 [n, 28, 28, 1] in [0, 1], checksums verified."""
     from tfpriv.data import load_dataset
 
-    data = load_dataset("mnist", data_dir)
+    _check_dataset(dataset)
+    data = load_dataset(dataset, data_dir)
     return data.x_train, data.labels_train["label"], data.x_test, data.labels_test["label"]
 
 
 def build_classifier() -> tf.keras.Model:
-    """Two 5x5 conv + pool blocks, a 256-unit feature layer, dropout, softmax over 10 digits."""
+    """Two 5x5 conv + pool blocks, a 256-unit feature layer, dropout, softmax over 10 classes."""
     layers = tf.keras.layers
     return tf.keras.Sequential([
         layers.Input((28, 28, 1)),
@@ -52,7 +61,7 @@ def build_classifier() -> tf.keras.Model:
         layers.Dense(FEATURE_DIM, activation="relu", name="features"),
         layers.Dropout(0.5),
         layers.Dense(10, activation="softmax", name="probs"),
-    ], name="mnist_classifier")
+    ], name="eval_classifier")
 
 
 def compiled_classifier(num_examples: int, epochs: int, batch_size: int, seed: int) -> tf.keras.Model:
@@ -65,11 +74,11 @@ def compiled_classifier(num_examples: int, epochs: int, batch_size: int, seed: i
     return model
 
 
-def train_classifier(data_dir: str, epochs: int = DEFAULT_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
+def train_classifier(dataset: str, data_dir: str, epochs: int = DEFAULT_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
                      seed: int = 0, max_train_examples: Optional[int] = None,
                      verbose: int = 0) -> Tuple[tf.keras.Model, Dict]:
     """Trains the classifier with Adam (lr 1e-3, cosine decay); returns (model, info)."""
-    x_train, y_train, x_test, y_test = load_mnist(data_dir)
+    x_train, y_train, x_test, y_test = load_images(dataset, data_dir)
     if max_train_examples is not None:
         x_train, y_train = x_train[:max_train_examples], y_train[:max_train_examples]
     model = compiled_classifier(len(x_train), epochs, batch_size, seed)
@@ -78,28 +87,29 @@ def train_classifier(data_dir: str, epochs: int = DEFAULT_EPOCHS, batch_size: in
     train_seconds = time.time() - start
     _, test_acc = model.evaluate(x_test, y_test, batch_size=1000, verbose=0)
     info = {
-        "model_version": MODEL_VERSION, "epochs": epochs, "batch_size": batch_size, "seed": seed,
+        "dataset": dataset, "model_version": MODEL_VERSION, "epochs": epochs, "batch_size": batch_size, "seed": seed,
         "train_examples": int(len(x_train)), "steps": epochs * int(np.ceil(len(x_train) / batch_size)), "test_accuracy": float(test_acc),
         "train_seconds": float(train_seconds), "tensorflow": tf.__version__,
     }
     return model, info
 
 
-def cache_key(epochs: int, seed: int, max_train_examples: Optional[int]) -> str:
+def cache_key(dataset: str, epochs: int, seed: int, max_train_examples: Optional[int]) -> str:
     n = "all" if max_train_examples is None else str(max_train_examples)
-    return f"{MODEL_VERSION}_e{epochs}_n{n}_s{seed}"
+    return f"{dataset}_{MODEL_VERSION}_e{epochs}_n{n}_s{seed}"
 
 
-def cached_model_path(cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
+def cached_model_path(dataset: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
                       max_train_examples: Optional[int] = None) -> pathlib.Path:
-    """Where `get_mnist_classifier` keeps the model for these settings (it exists once trained)."""
+    """Where `get_classifier` keeps the model for these settings (it exists once trained)."""
+    _check_dataset(dataset)
     root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
-    return root / cache_key(epochs, seed, max_train_examples) / "model.keras"
+    return root / cache_key(dataset, epochs, seed, max_train_examples) / "model.keras"
 
 
 def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> None:
     write_results(str(directory), {
-        "model": "mnist_classifier", "dataset": "mnist", "aggregation": "none (non-private)",
+        "model": "eval_classifier", "dataset": info["dataset"], "aggregation": "none (non-private)",
         "epsilon": float("inf"), "delta": 0.0, "noise_multiplier": 0.0,
         "effective_noise_multiplier": 0.0, "sampling_rate": batch_size / info["train_examples"],
         "steps": info["steps"], "epochs": info["epochs"],
@@ -108,23 +118,23 @@ def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> N
     })
 
 
-def get_mnist_classifier(data_dir: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS,
+def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS,
                          seed: int = 0, max_train_examples: Optional[int] = None,
                          verbose: int = 0) -> tf.keras.Model:
     """The cached classifier for these settings, training and caching it on first use.
 
     Cache: `<cache_dir>/<cache_key>/model.keras` with `info.json` (test accuracy, wall time)
-    and `results.json`; cache_dir defaults to ~/.cache/tfpriv/mnist_classifier.
+    and `results.json`; cache_dir defaults to ~/.cache/tfpriv/eval_classifier.
     """
     if epochs < 1:
         raise UsageError(f"epochs: must be >= 1, got {epochs}")
     if max_train_examples is not None and max_train_examples < 1:
         raise UsageError(f"max_train_examples: must be >= 1, got {max_train_examples}")
-    model_path = cached_model_path(cache_dir, epochs, seed, max_train_examples)
+    model_path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples)
     directory, root = model_path.parent, model_path.parent.parent
     if model_path.is_file():
         return tf.keras.models.load_model(model_path, compile=False)
-    model, info = train_classifier(data_dir, epochs=epochs, seed=seed,
+    model, info = train_classifier(dataset, data_dir, epochs=epochs, seed=seed,
                                    max_train_examples=max_train_examples, verbose=verbose)
     tmp = root / (directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -139,13 +149,12 @@ def get_mnist_classifier(data_dir: str, cache_dir: Optional[str] = None, epochs:
     return model
 
 
-def load_info(cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
+def load_info(dataset: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
               max_train_examples: Optional[int] = None) -> Dict:
     """The training record (test accuracy, wall time, ...) of a cached classifier."""
-    root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
-    path = root / cache_key(epochs, seed, max_train_examples) / "info.json"
+    path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples).parent / "info.json"
     if not path.is_file():
-        raise DataError(f"{path}: no cached MNIST classifier for these settings", param="cache_dir")
+        raise DataError(f"{path}: no cached {dataset} evaluation classifier for these settings", param="cache_dir")
     return json.loads(path.read_text())
 
 
@@ -169,15 +178,16 @@ def classifier_outputs(model: tf.keras.Model, images: np.ndarray,
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(description="Train (or load) and cache the MNIST evaluation classifier.")
-    parser.add_argument("--data-dir", required=True, help="folder holding mnist/*.gz")
-    parser.add_argument("--cache-dir", default=None, help="default ~/.cache/tfpriv/mnist_classifier")
+    parser = argparse.ArgumentParser(description="Train (or load) and cache a GAN evaluation classifier.")
+    parser.add_argument("--dataset", default="mnist", choices=DATASETS)
+    parser.add_argument("--data-dir", required=True, help="folder holding mnist/ and fashion_mnist/")
+    parser.add_argument("--cache-dir", default=None, help="default ~/.cache/tfpriv/eval_classifier")
     parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        get_mnist_classifier(args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2)
-        info = load_info(args.cache_dir, epochs=args.epochs, seed=args.seed)
+        get_classifier(args.dataset, args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2)
+        info = load_info(args.dataset, args.cache_dir, epochs=args.epochs, seed=args.seed)
     except UsageError as err:
         print(err, file=sys.stderr)
         return 2
