@@ -54,12 +54,12 @@ def test_seed_from_os_unless_given():
 
 
 def test_classifier_training_shows_progress(tmp_path, capsys, monkeypatch):
-    from tfpriv.metrics import mnist_classifier
+    from tfpriv.metrics import eval_classifier
     calls = []
-    monkeypatch.setattr(mnist_classifier, "get_mnist_classifier", lambda *a, **k: calls.append(k) or "model")
+    monkeypatch.setattr(eval_classifier, "get_classifier", lambda *a, **k: calls.append((a, k)) or "model")
     s = read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=2)
-    assert cli._classifier(s) == "model" and calls[0]["verbose"] == 2
-    assert "training the MNIST evaluation classifier (8 epochs" in capsys.readouterr().out
+    assert cli._classifier(s) == "model" and calls[0][1]["verbose"] == 2 and calls[0][0][0] == "mnist"
+    assert "training the mnist evaluation classifier (8 epochs" in capsys.readouterr().out
     cli._classifier(read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=0))
     assert capsys.readouterr().out == ""
 

@@ -47,7 +47,7 @@ flags.DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic exampl
 flags.DEFINE_integer("downstream_epochs", 3, "Conditional: epochs of the downstream CNN.")
 flags.DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
 flags.DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
-flags.DEFINE_string("classifier_cache_dir", None, "Cache of the MNIST evaluation classifier (default ~/.cache/tfpriv).")
+flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers (default ~/.cache/tfpriv).")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -172,20 +172,18 @@ class GanRun(pipeline.TrainingRun):
     def callbacks(self, plan) -> list:
         from tfpriv.gan import evaluation, training
         s = self.s
-        self.classifier, self.ref_features, score_fn = None, None, None
-        if s.dataset == "mnist":
-            from tfpriv.metrics.mnist_classifier import classifier_outputs
-            self.classifier = _classifier(s)
-            _, self.ref_features = classifier_outputs(self.classifier, self.data.x_test)
+        from tfpriv.metrics.eval_classifier import classifier_outputs
+        self.classifier = _classifier(s)
+        _, self.ref_features = classifier_outputs(self.classifier, self.data.x_test)
 
-            def score_fn(m):
-                raw = [v.numpy() for v in m.generator.trainable_variables]
-                if s.generator_ema:  # score the averaged generator, then continue training the raw one
-                    self.g_opt.finalize_variable_values(m.generator.trainable_variables)
-                images, lab = evaluation.generate_samples(m, s.eval_samples, seed=self.seed + 1)
-                for v, w in zip(m.generator.trainable_variables, raw):
-                    v.assign(w)
-                return evaluation.sample_scores(self.classifier, images, self.ref_features, lab)
+        def score_fn(m):
+            raw = [v.numpy() for v in m.generator.trainable_variables]
+            if s.generator_ema:  # score the averaged generator, then continue training the raw one
+                self.g_opt.finalize_variable_values(m.generator.trainable_variables)
+            images, lab = evaluation.generate_samples(m, s.eval_samples, seed=self.seed + 1)
+            for v, w in zip(m.generator.trainable_variables, raw):
+                v.assign(w)
+            return evaluation.sample_scores(self.classifier, images, self.ref_features, lab)
 
         scoring = s.eval_every or s.eval_every_steps
         self.monitor = training.Monitor(plan.delta, s.eval_every, score_fn if scoring else None, plan.config.private,
@@ -207,15 +205,14 @@ class GanRun(pipeline.TrainingRun):
         progress(s, f"generating {s.num_samples} samples ...")
         images, gen_labels = evaluation.generate_samples(model, s.num_samples, seed=self.seed + 2)
         metrics: dict = {}
-        if self.classifier is not None:
-            from tfpriv.metrics.generative import inception_score
-            from tfpriv.metrics.mnist_classifier import classifier_outputs
-            progress(s, f"scoring {s.num_samples} samples with the MNIST evaluation classifier "
-                        "(inception score, Frechet distance) ...")
-            metrics.update(evaluation.sample_scores(self.classifier, images, self.ref_features, gen_labels))
-            progress(s, f"inception score {metrics['inception_score']:.3f}; scoring the real test set ...")
-            real_probs, _ = classifier_outputs(self.classifier, self.data.x_test)
-            metrics["inception_score_real_test"] = inception_score(real_probs)[0]
+        from tfpriv.metrics.eval_classifier import classifier_outputs
+        from tfpriv.metrics.generative import inception_score
+        progress(s, f"scoring {s.num_samples} samples with the {s.dataset} evaluation classifier "
+                    "(inception score, Frechet distance) ...")
+        metrics.update(evaluation.sample_scores(self.classifier, images, self.ref_features, gen_labels))
+        progress(s, f"inception score {metrics['inception_score']:.3f}; scoring the real test set ...")
+        real_probs, _ = classifier_outputs(self.classifier, self.data.x_test)
+        metrics["inception_score_real_test"] = inception_score(real_probs)[0]
         if s.conditional:
             progress(s, f"training the downstream CNN on {s.downstream_samples} synthetic examples "
                         f"({s.downstream_epochs} epochs) ...")
@@ -249,12 +246,13 @@ class GanRun(pipeline.TrainingRun):
 
 
 def _classifier(s: GanSettings):
-    """The MNIST evaluation classifier: trained once (progress shown when --verbose), then cached."""
-    from tfpriv.metrics import mnist_classifier
-    if not mnist_classifier.cached_model_path(s.classifier_cache_dir).is_file():
-        progress(s, f"training the MNIST evaluation classifier ({mnist_classifier.DEFAULT_EPOCHS} epochs; once, then "
-                    f"cached in {mnist_classifier.cached_model_path(s.classifier_cache_dir).parent}) ...")
-    return mnist_classifier.get_mnist_classifier(s.data_dir, s.classifier_cache_dir, verbose=s.verbose)
+    """The dataset's evaluation classifier: trained once (progress shown when --verbose), then cached."""
+    from tfpriv.metrics import eval_classifier
+    path = eval_classifier.cached_model_path(s.dataset, s.classifier_cache_dir)
+    if not path.is_file():
+        progress(s, f"training the {s.dataset} evaluation classifier ({eval_classifier.DEFAULT_EPOCHS} epochs; once, "
+                    f"then cached in {path.parent}) ...")
+    return eval_classifier.get_classifier(s.dataset, s.data_dir, s.classifier_cache_dir, verbose=s.verbose)
 
 
 def run(settings: GanSettings, output_dir: str) -> dict:
