@@ -321,16 +321,7 @@ class DPGradientEngine:
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             std = std * tf.cast(tf.equal(ctx.replica_id_in_sync_group, 0), tf.float32)
-        # One draw per dtype for all variables, split into them: one generator skip instead of a
-        # chain of one per variable.
-        noised = list(grads)
-        for dtype in dict.fromkeys(g.dtype for g in grads):
-            which = [i for i, g in enumerate(grads) if g.dtype == dtype]
-            sizes = [tf.size(grads[i]) for i in which]
-            z = self.generator.normal_once(tf.reshape(tf.add_n(sizes), [1]), stddev=std, dtype=dtype)
-            for i, part in zip(which, tf.split(z, tf.stack(sizes))):
-                noised[i] = grads[i] + tf.reshape(part, tf.shape(grads[i]))
-        return noised
+        return [g + self.generator.normal_once(tf.shape(g), stddev=std, dtype=g.dtype) for g in grads]
 
     def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size,
               ok: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
