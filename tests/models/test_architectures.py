@@ -85,6 +85,12 @@ def test_pinwheel_fixed_posterior_std():
     assert enc.count_params() == (2 * 6 + 6) + (6 * 2 + 2)  # the encoder outputs means only
 
 
+def test_pinwheel_options_accept_image_shaped_data():
+    enc, dec = build_architecture("pinwheel", [8, 8, 1], 3, pinwheel_hidden="4", pinwheel_anchor="both",
+                                  pinwheel_centre=[0.0, 0.0, 0.0], pinwheel_posterior_std=0.1)
+    assert enc(tf.zeros([2, 8, 8, 1])).shape == (2, 6) and dec(tf.zeros([2, 3])).shape == (2, 8, 8, 1)
+
+
 def test_pinwheel_options_survive_saving(tmp_path):
     enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="4", pinwheel_anchor="both",
                                   pinwheel_centre=[0.5, 0.5], pinwheel_posterior_std=0.05)

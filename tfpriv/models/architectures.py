@@ -111,7 +111,7 @@ def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[
                 mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
     enc_bias, dec_bias = anchor != "both", anchor == "none"
     x = tf.keras.Input(tuple(input_shape))
-    h = x
+    h = L.Flatten()(x) if len(input_shape) > 1 else x
     for width in hidden:
         h = L.Dense(width, activation="tanh", use_bias=enc_bias)(h)
     start = "zeros" if anchor == "none" else tf.keras.initializers.Constant([float(c) for c in centre])
@@ -123,8 +123,10 @@ def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[
     h = z if dec_bias else Shift([-float(c) for c in centre])(z)
     for width in hidden[::-1]:
         h = L.Dense(width, activation="tanh", use_bias=dec_bias)(h)
-    return (tf.keras.Model(x, out, name="pinwheel_encoder"),
-            tf.keras.Model(z, L.Dense(int(np.prod(input_shape)))(h), name="pinwheel_decoder"))
+    x_out = L.Dense(int(np.prod(input_shape)))(h)
+    if len(input_shape) > 1:
+        x_out = L.Reshape(tuple(input_shape))(x_out)
+    return tf.keras.Model(x, out, name="pinwheel_encoder"), tf.keras.Model(z, x_out, name="pinwheel_decoder")
 
 
 ARCHITECTURES = ("conv", "mlp", "pinwheel")
