@@ -2,10 +2,11 @@
 
 Each stage is a `tf.function` that repeats the previous stages and adds one (forward with layer
 taps; the backward passes to the layer outputs; per-layer factors; per-example norms;
-per-partition or micro norms; the whole privatized gradient), timed round-robin with the
-non-private gradient (forward + backward) of the same model; printed as median seconds and
-median per-round ratio to the non-private gradient. Differences between consecutive stages are
-the cost of the stage.
+per-partition or micro norms; the clipped sums without noise; the whole privatized gradient;
+and the noise draw alone), timed round-robin with the non-private gradient (forward +
+backward) of the same model; printed as median seconds and median [IQR] of the per-round
+ratios to the non-private gradient. Differences between consecutive stages are the cost of
+the stage.
 
     python bench/profile_step.py [--architecture=conv] [--aggregation=termwise] [--batch_size=256] [--rounds=7]
 
@@ -66,13 +67,25 @@ def stages(vae, engine, x) -> dict:
         return p.sample_sq_norms(), (p.micro_sq_norms() if engine.config.aggregation == "micro"
                                      else p.partition_sq_norms())
 
+    def without_noise():
+        add_noise = engine._add_noise
+        engine._add_noise = lambda grads: grads   # at trace time only: the graph has no noise
+        try:
+            return engine.gradients(vae.loss_fn, x)[0]
+        finally:
+            engine._add_noise = add_noise
+
     def whole():
         return engine.gradients(vae.loss_fn, x)[0]
+
+    def noise_alone():
+        return engine._add_noise([tf.zeros_like(v) for v in engine.variables])
 
     fns = {"non-private gradient": non_private, "forward with taps": forward,
            "+ backward to layer outputs": backward, "+ per-layer factors": factors,
            "+ per-example norms": sample_norms, "+ group norms": group_norms,
-           "whole private gradient": whole}
+           "+ clipped sums (no noise)": without_noise, "whole private gradient": whole,
+           "noise alone": noise_alone}
     return {k: tf.function(f) for k, f in fns.items()}
 
 
@@ -101,7 +114,8 @@ def main(argv):
     base = np.array(seconds["non-private gradient"])
     print(f"{FLAGS.architecture} VAE, {FLAGS.aggregation}, B={b}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for k, s in seconds.items():
-        print(f"  {k:30s} {np.median(s) * 1e3:8.1f} ms   ratio to non-private gradient {np.median(np.array(s) / base):5.2f}")
+        q1, med, q3 = np.percentile(np.array(s) / base, [25, 50, 75])
+        print(f"  {k:30s} {np.median(s) * 1e3:8.1f} ms   ratio to non-private gradient {med:5.2f} [{q1:.2f}, {q3:.2f}]")
 
 
 if __name__ == "__main__":
