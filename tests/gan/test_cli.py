@@ -28,6 +28,7 @@ def _parsed():
     ("dpgan", {"weight_clip": 0.0}, "--weight_clip: the Wasserstein critic needs weight clipping (> 0)"),
     ("dpgan", {"gan_loss": "hinge"}, "--gan_loss: must be one of wasserstein, logistic, got 'hinge'"),
     ("dpwgan_gp", {"gan_loss": "logistic"}, "--gan_loss: 'logistic' applies to --model=dpgan only"),
+    ("dpgan", {"gan_optimizer": "sgd"}, "--gan_optimizer: must be one of rmsprop, adam, got 'sgd'"),
     ("dpwgan_gp", {"clipping": "fast"}, "--clipping: fast (ghost-norm) clipping is not exact"),
     ("dpwgan_gp", {"aggregation": "termwise"}, "--aggregation: must be micro (per-example clipping of the critic)"),
     ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of fast, vectorized, per_example, got 'vmap'"),
@@ -98,3 +99,8 @@ def test_results_have_the_common_keys(tmp_path, data_dir):
     assert len(stored["segments"]) == 1 and stored["segments"][0]["steps"] == 3
     assert stored["gan"]["seed"] == 0 and stored["privacy"]["aggregation"] == "micro"
     assert (out / "privacy_plan.json").is_file() and (out / "logs").is_dir() and (out / "generator.keras").is_file()
+
+
+def test_optimizer_defaults_per_model():
+    assert read_settings(cli.JOB, FLAGS, model="dpwgan_gp").gan_optimizer == "adam"
+    assert read_settings(cli.JOB, FLAGS, model="dpgan").gan_optimizer == "rmsprop"

@@ -72,6 +72,7 @@ def test_weight_clip_zero_turns_clipping_off():
     model.train_step(real_batch(8))
     weights = np.concatenate([v.numpy().ravel() for v in model.critic.trainable_variables])
     assert np.abs(weights).max() > 0.1 and int(model.ledger.steps.numpy()) == 1
+    assert model.metric_names() == ["d_loss", "g_loss"]  # no Wasserstein distance or penalty to log
 
 
 def test_xie_formula_and_comparison_with_our_accountant():

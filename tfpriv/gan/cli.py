@@ -27,6 +27,7 @@ from tfpriv.training.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")
 IMAGE_DATASETS = ("mnist", "fashion_mnist")
+GAN_OPTIMIZERS = ("rmsprop", "adam")
 
 flags.DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
 flags.DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
@@ -35,6 +36,8 @@ flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-
                    "(0: off, only with --gan_loss=logistic).")
 flags.DEFINE_string("gan_loss", "wasserstein", "DPGAN: wasserstein (Xie et al.) or logistic (the standard GAN loss with a "
                     "non-saturating generator, as in Bie et al. 2023).")
+flags.DEFINE_string("gan_optimizer", None, "rmsprop or adam (Adam with betas 0.5, 0.9) for critic and generator "
+                    "(default: adam for dpwgan_gp as in 004, rmsprop for dpgan as in Xie et al.).")
 flags.DEFINE_float("generator_ema", 0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
                    "Post-processing: no privacy cost.")
 flags.DEFINE_integer("latent_size", 128, "Generator latent dimension.")
@@ -61,6 +64,7 @@ class GanSettings(PrivateSettings):
     gp_weight: float
     weight_clip: float
     gan_loss: str
+    gan_optimizer: str
     generator_ema: float
     latent_size: int
     conditional: bool
@@ -83,10 +87,10 @@ def _default_learning_rate(values: dict) -> float:
 MODEL_DEFAULTS = {
     # 004's code: batch 128, Adam(0.5, 0.9) at batch * 3.125e-6, C = 1, sigma in {0.5..1}, 40 epochs.
     "dpwgan_gp": dict(critic_steps=1, batch_size=128, learning_rate=_default_learning_rate, l2_norm_clip=1.0,
-                      noise_multiplier=0.5, epochs=40, clipping="per_example"),
+                      noise_multiplier=0.5, epochs=40, clipping="per_example", gan_optimizer="adam"),
     # Xie et al.: n_critic 5, RMSProp 5e-5, c_p 0.01, batch 64.
     "dpgan": dict(critic_steps=5, batch_size=64, learning_rate=5e-5, l2_norm_clip=1.0, noise_multiplier=1.0,
-                  epochs=20, clipping="fast"),
+                  epochs=20, clipping="fast", gan_optimizer="rmsprop"),
 }
 COMMON_DEFAULTS = dict(dataset="mnist", aggregation="micro", num_samples=10000)
 
@@ -103,6 +107,7 @@ def validate(s: GanSettings) -> None:
     need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
     need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip >= 0, "a finite number >= 0 (0: off)", s.weight_clip)
     need("gan_loss", s.gan_loss in GAN_LOSSES, f"one of {', '.join(GAN_LOSSES)}", repr(s.gan_loss))
+    need("gan_optimizer", s.gan_optimizer in GAN_OPTIMIZERS, f"one of {', '.join(GAN_OPTIMIZERS)}", repr(s.gan_optimizer))
     if s.model == "dpwgan_gp" and s.gan_loss != "wasserstein":
         raise UsageError(f"--gan_loss: {s.gan_loss!r} applies to --model=dpgan only; DP-WGAN-GP is a Wasserstein GAN")
     if s.model == "dpgan" and s.gan_loss == "wasserstein" and s.weight_clip == 0:
@@ -157,11 +162,11 @@ class GanRun(pipeline.TrainingRun):
         if s.model == "dpwgan_gp":
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
                                            seed=self.seed, generator_batch_size=s.batch_size)
-            d_opt, g_opt = wgan_gp.dp_adam(s.learning_rate), wgan_gp.dp_adam(s.learning_rate, s.generator_ema)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
                                      seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss)
-            d_opt, g_opt = dpgan.rmsprop(s.learning_rate), dpgan.rmsprop(s.learning_rate, s.generator_ema)
+        optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
+        d_opt, g_opt = optimizer(s.learning_rate), optimizer(s.learning_rate, s.generator_ema)
         self.g_opt = g_opt
         config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
                           expected_batch_size=float(s.batch_size), clipping=s.clipping, num_partitions=1,

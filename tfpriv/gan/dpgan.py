@@ -57,6 +57,9 @@ class DPGAN(PrivateWGAN):
     def generator_loss(self, scores: tf.Tensor) -> tf.Tensor:
         return tf.nn.softplus(-scores) if self.gan_loss == "logistic" else -scores
 
+    def metric_names(self) -> list[str]:
+        return ["d_loss", "g_loss"] if self.gan_loss == "logistic" else super().metric_names()
+
     def step_logs(self, logs: dict) -> dict:
         if self.gan_loss == "logistic":
             logs.update(d_loss=logs["logistic"])
