@@ -1,7 +1,14 @@
-"""clipping.py: the ghost and the instantiated (direct) squared norms agree with the naive per-group sum."""
+"""clipping.py: the ghost and the instantiated (direct) squared norms agree with the naive per-group sum;
+instantiated gradients are reused for the clipped sums."""
 import numpy as np
+import pytest
+import tensorflow as tf
 
+from tests.privacy import models
 from tfpriv.privacy.clipping import _balanced, _direct_sq_norms, _ghost_pays, _ghost_sq_norms
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.rules.conv import ConvRule
 
 
 def test_ghost_and_direct_norms_equal_the_naive_norm():
@@ -16,3 +23,33 @@ def test_ghost_is_chosen_for_one_row_and_for_wide_layers_only():
     assert _ghost_pays(1, 3, 3)
     assert not _ghost_pays(196, 16, 32)     # first conv of the conv VAE: 196 positions, thin factors
     assert _ghost_pays(16, 3136, 256)      # a wide Dense layer, partitions of 16 rows
+
+
+@pytest.mark.parametrize("aggregation", ["termwise", "micro"])
+def test_direct_layers_take_their_clipped_sums_from_the_instantiated_gradients(aggregation):
+    """The first conv of `models.conv_model` takes the direct norm for both terms; its kernel's
+    clipped sum is then the weighted sum of those gradients (the known-answer tests in
+    test_engine.py check the values on the same model) and the layer's own pass is not run."""
+    model = models.conv_model()
+    conv = model.layers[1]
+    calls = []
+    kernel_sum = ConvRule.kernel_sum
+
+    def counting(self, tap, grad, alive):
+        calls.append(tap.layer.name)
+        return kernel_sum(self, tap, grad, alive)
+
+    kw = dict(num_partitions=3) if aggregation == "termwise" else dict(max_batch_size=10)
+    engine = DPGradientEngine(DPConfig(aggregation=aggregation, l2_norm_clip=0.5, batch_clip=0.3, noise_multiplier=0.0,
+                                       expected_batch_size=10, seed=1, **kw), model, models.SPEC)
+    x = tf.random.stateless_normal([10, 6, 6, 2], seed=[1, 2])
+    layout = engine.layout(tf.shape(x)[0])
+    p, _ = engine._pass(models.make_loss_fn(model), x, layout, tf.shape(x)[0])
+    p.micro_sq_norms() if aggregation == "micro" else (p.sample_sq_norms(), p.partition_sq_norms())
+    assert ("phi", id(conv)) in p._instantiated and ("psi", id(conv)) in p._instantiated
+    ConvRule.kernel_sum = counting
+    try:
+        p.weighted(tf.ones([10]), tf.ones([layout.num_partitions]))
+    finally:
+        ConvRule.kernel_sum = kernel_sum
+    assert conv.name not in calls

@@ -55,13 +55,21 @@ def _ghost_sq_norms(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(uu * vv, axis=[1, 2])
 
 
-def _direct_sq_norms(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
-    """||sum_r u_r ⊗ v_r||_F^2 per group by instantiating the [G, du, dv] gradient.
+def _group_outer(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+    """sum_r u_r ⊗ v_r per group: the instantiated [G, du, dv] kernel gradient of each group.
 
     Needs no balancing: each entry is a sum of products u_ri v_rj, which overflows only when
     the gradient itself does, and a zero factor gives an exact 0 unless the other is NaN/inf.
     """
-    outer = tf.einsum("gri,grj->gij", u, v)
+    return tf.einsum("gri,grj->gij", u, v)
+
+
+def _direct_sq_norms(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+    """||sum_r u_r ⊗ v_r||_F^2 per group by instantiating the [G, du, dv] gradient."""
+    return _outer_sq_norms(_group_outer(u, v))
+
+
+def _outer_sq_norms(outer: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.square(outer), axis=[1, 2])
 
 
@@ -123,6 +131,11 @@ class FastPass:
                 message=f"DP engine: layer {tap.layer.name} was called on a number of rows that is not a "
                         "multiple of the batch size, so its gradient cannot be attributed to examples")
         self._cache: dict = {}
+        # (term, layer id) -> the layer's instantiated kernel gradient per group [G, du, dv],
+        # kept from the norm computations that chose the direct form (mixed ghost clipping):
+        # the clipped sum of such a layer is then a [G]-weighted sum of them, not another
+        # pass over its rows (Bu et al. 2022).
+        self._instantiated: dict = {}
 
     # -- per-layer per-example quantities -------------------------------------------------
     def _layer_factors(self, layer_id: int, grads: list[tf.Tensor]):
@@ -188,7 +201,8 @@ class FastPass:
                 if rows is None or _ghost_pays(rows, u.shape[-1], v.shape[-1]):
                     total += _ghost_sq_norms(*self._balanced_factors("phi", layer_id))
                 else:
-                    total += _direct_sq_norms(u, v)
+                    outer = self._instantiated[("phi", layer_id)] = _group_outer(u, v)
+                    total += _outer_sq_norms(outer)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(bias), axis=1)
             else:
@@ -207,7 +221,11 @@ class FastPass:
                     u, v = self._balanced_factors("psi", layer_id)  # row-wise, so before grouping
                 ug = tf.reshape(layout.gather(u), [layout.num_partitions, -1, u.shape[-1]])
                 vg = tf.reshape(layout.gather(v), [layout.num_partitions, -1, v.shape[-1]])
-                total += (_ghost_sq_norms if ghost else _direct_sq_norms)(ug, vg)
+                if ghost:
+                    total += _ghost_sq_norms(ug, vg)
+                else:
+                    outer = self._instantiated[("psi", layer_id)] = _group_outer(ug, vg)
+                    total += _outer_sq_norms(outer)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(bias), axis=1)), axis=1)
             else:
@@ -226,6 +244,7 @@ class FastPass:
             if kind == "factor":
                 u_psi, v_psi, b_psi = q_psi
                 m = tf.einsum("bti,btj->ij", u_psi, v_psi)
+                self._instantiated[("psi", layer_id)] = m[None]  # micro: the batch is one partition
                 shared += tf.reduce_sum(tf.square(m))
                 mb = tf.reduce_sum(b_psi, axis=0) if b_psi is not None else None
                 if mb is not None:
@@ -249,6 +268,23 @@ class FastPass:
         return total + shared
 
     # -- weighted sums ------------------------------------------------------------------------
+    def _instantiated_sum(self, layer_id: int, c_phi: tf.Tensor, c_psi: tf.Tensor | None) -> tf.Tensor | None:
+        """The layer's weighted kernel gradient [du, dv] from its instantiated per-group gradients.
+
+        None unless every term reaching the layer had its gradients instantiated by a norm
+        computation. Groups with coefficient 0 are selected away (exact 0 even if NaN/inf).
+        """
+        ks = self.by_layer[layer_id]
+        parts = []
+        for which, grads, coef in (("phi", self.g_phi, c_phi), ("psi", self.g_psi, c_psi)):
+            if coef is None or grads is None or all(grads[k] is None for k in ks):
+                continue
+            outer = self._instantiated.get((which, layer_id))
+            if outer is None:
+                return None
+            parts.append(tf.tensordot(coef, mask_rows(outer, coef != 0.0), axes=1))
+        return tf.add_n(parts) if parts else None
+
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
         """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j, aligned with `variables`.
 
@@ -278,6 +314,7 @@ class FastPass:
         use_psi = self.g_psi is not None and c_psi is not None
         psi_example = tf.gather(c_psi, self.layout.partition_ids) if use_psi else None
         fallback_done = set()
+        from_instantiated: dict[int, bool] = {}  # layer id -> kernel sum taken from instantiated gradients
         for k, tap in enumerate(taps):
             rule = tap.rule
             g_phi = self.g_phi[k]
@@ -285,6 +322,14 @@ class FastPass:
             if g_phi is None and g_psi is None:
                 continue
             if isinstance(rule, rules.FactorRule):
+                layer_id = id(tap.layer)
+                if layer_id not in from_instantiated:
+                    kernel = self._instantiated_sum(layer_id, c_phi, c_psi if use_psi else None)
+                    from_instantiated[layer_id] = kernel is not None
+                    if kernel is not None:
+                        add(rule.kernel(tap.layer), rule.kernel_from_outer(tap.layer, kernel))
+                if from_instantiated[layer_id] and rule.bias(tap.layer) is None:
+                    continue
                 g_w, alive = None, None
                 for g, coef in ((g_phi, c_phi), (g_psi, psi_example)):
                     if g is not None:
@@ -293,8 +338,9 @@ class FastPass:
                         g_w = term if g_w is None else g_w + term
                         keep = tf.reshape(row_coef, [-1]) != 0.0
                         alive = keep if alive is None else alive | keep
-                # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
-                add(rule.kernel(tap.layer), rule.kernel_sum(tap, g_w, alive))
+                if not from_instantiated[layer_id]:
+                    # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
+                    add(rule.kernel(tap.layer), rule.kernel_sum(tap, g_w, alive))
                 if rule.bias(tap.layer) is not None:
                     add(rule.bias(tap.layer), tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
             elif id(tap.layer) not in fallback_done:
