@@ -1,4 +1,4 @@
-"""Where a private VAE step's time goes: cumulative sub-steps of the fast (ghost-norm) path.
+"""Where a private step's time goes: cumulative sub-steps of the fast (ghost-norm) path.
 
 Each stage is a `tf.function` that repeats the previous stages and adds one (forward with layer
 taps; the backward passes to the layer outputs; per-layer factors; per-example norms;
@@ -9,7 +9,11 @@ ratios to the non-private gradient. Differences between consecutive stages are t
 the stage.
 
     python bench/profile_step.py [--architecture=conv] [--aggregation=termwise] [--batch_size=256] [--rounds=7]
+    python bench/profile_step.py --architecture=conv_classifier    # tfpriv.make_private, micro
 
+The VAEs (mlp, conv) carry the MMD batch term; the classifiers (bench/throughput.py's MLP
+classifier on tfpriv's engine, and its conv classifier behind `tfpriv.make_private`) have only a
+per-example loss, so they have no group-norm stage and are always micro.
 (--batch_size and --rounds are bench/throughput.py's flags.)
 """
 from __future__ import annotations
@@ -25,30 +29,31 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from bench.throughput import IMAGE, _vae  # noqa: E402
+from bench.throughput import IMAGE, _Classifier, _convnet, _vae  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 
-flags.DEFINE_enum("architecture", "conv", ["conv", "mlp"], "The VAE of bench/throughput.py.")
+flags.DEFINE_enum("architecture", "conv", ["conv", "mlp", "mlp_classifier", "conv_classifier"],
+                  "A model of bench/throughput.py.")
 flags.DEFINE_enum("aggregation", "termwise", ["termwise", "micro"], "Private mode (with the MMD batch term).")
 FLAGS = flags.FLAGS
 
 
-def stages(vae, engine, x) -> dict:
-    b = tf.shape(x)[0]
+def stages(model, engine, x) -> dict:
+    b = tf.shape(tf.nest.flatten(x)[0])[0]
 
     def fast_pass():
         layout = engine.layout(b)
-        return engine._pass(vae.loss_fn, x, layout, b)[0]
+        return engine._pass(model.loss_fn, x, layout, b)[0]
 
     def non_private():
         layout = engine.layout(b)
         with tf.GradientTape() as tape:
-            terms = vae.loss_fn(x, layout)
+            terms = model.loss_fn(x, layout)
             loss = tf.reduce_mean(terms.sample_total()) + tf.reduce_mean(terms.batch_total(layout.num_partitions))
         return tape.gradient(loss, engine.variables)
 
     def forward():
-        return engine._forward(vae.loss_fn, x, engine.layout(b))[2]
+        return engine._forward(model.loss_fn, x, engine.layout(b))[2]
 
     def backward():
         p = fast_pass()
@@ -56,7 +61,8 @@ def stages(vae, engine, x) -> dict:
 
     def factors():
         p = fast_pass()
-        found = list(p._quantities("phi").values()) + list(p._quantities("psi").values())
+        kinds = ("phi", "psi") if engine.batch_terms else ("phi",)
+        found = [q for which in kinds for q in p._quantities(which).values()]
         return [t for _, q in found for t in tf.nest.flatten(q) if t is not None]
 
     def sample_norms():
@@ -71,12 +77,12 @@ def stages(vae, engine, x) -> dict:
         add_noise = engine._add_noise
         engine._add_noise = lambda grads: grads   # at trace time only: the graph has no noise
         try:
-            return engine.gradients(vae.loss_fn, x)[0]
+            return engine.gradients(model.loss_fn, x)[0]
         finally:
             engine._add_noise = add_noise
 
     def whole():
-        return engine.gradients(vae.loss_fn, x)[0]
+        return engine.gradients(model.loss_fn, x)[0]
 
     def noise_alone():
         return engine._add_noise([tf.zeros_like(v) for v in engine.variables])
@@ -86,21 +92,44 @@ def stages(vae, engine, x) -> dict:
            "+ per-example norms": sample_norms, "+ group norms": group_norms,
            "+ clipped sums (no noise)": without_noise, "whole private gradient": whole,
            "noise alone": noise_alone}
+    if not engine.batch_terms:
+        del fns["+ group norms"]
     return {k: tf.function(f) for k, f in fns.items()}
+
+
+def _model_and_batch(architecture: str, aggregation: str, b: int):
+    """The compiled private model and a fixed batch (the VAEs with the MMD term, `aggregation`)."""
+    rng = np.random.default_rng(0)
+    if architecture == "mlp_classifier":
+        model = _Classifier()
+        model.compile(tf.keras.optimizers.SGD(1e-3), num_examples=b,
+                      dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b,
+                                  verify=False))
+        return model, (tf.constant(rng.random([b, 784], dtype=np.float32)), tf.constant(rng.integers(0, 10, b)))
+    if architecture == "conv_classifier":
+        import tfpriv
+        xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        model = tfpriv.make_private(_convnet(), loss=xent, num_examples=60000, batch_size=b,
+                                    config=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                    verify=False))
+        model.compile(tf.keras.optimizers.SGD(1e-3))
+        return model, (tf.constant(rng.random([b, *IMAGE], dtype=np.float32)),
+                       tf.constant(rng.integers(0, 10, b).astype(np.int32)))
+    kw = (dict(aggregation="termwise", num_partitions=16) if aggregation == "termwise"
+          else dict(aggregation="micro", max_batch_size=b))
+    vae = _vae(architecture, 1, with_mmd=True)
+    vae.compile(tf.keras.optimizers.SGD(1e-3), num_examples=b,
+                dp=DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b,
+                            verify=False, **kw))
+    return vae, tf.constant((rng.random([b, *IMAGE]) > 0.7).astype(np.float32))
 
 
 def main(argv):
     del argv
     b = FLAGS.batch_size
-    kw = (dict(aggregation="termwise", num_partitions=16) if FLAGS.aggregation == "termwise"
-          else dict(aggregation="micro", max_batch_size=b))
-    vae = _vae(FLAGS.architecture, 1, with_mmd=True)
-    vae.compile(tf.keras.optimizers.SGD(1e-3), num_examples=b,
-                dp=DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b,
-                            verify=False, **kw))
-    x = tf.constant((np.random.default_rng(0).random([b, *IMAGE]) > 0.7).astype(np.float32))
-    engine = vae.prepare(x)
-    fns = stages(vae, engine, x)
+    model, x = _model_and_batch(FLAGS.architecture, FLAGS.aggregation, b)
+    engine = model.prepare(x)
+    fns = stages(model, engine, x)
     for f in fns.values():
         f()
         f()
@@ -112,7 +141,8 @@ def main(argv):
             f()
             seconds[k].append(time.perf_counter() - start)
     base = np.array(seconds["non-private gradient"])
-    print(f"{FLAGS.architecture} VAE, {FLAGS.aggregation}, B={b}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    mode = "micro" if FLAGS.architecture.endswith("classifier") else FLAGS.aggregation
+    print(f"{FLAGS.architecture}, {mode}, B={b}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for k, s in seconds.items():
         q1, med, q3 = np.percentile(np.array(s) / base, [25, 50, 75])
         print(f"  {k:30s} {np.median(s) * 1e3:8.1f} ms   ratio to non-private gradient {med:5.2f} [{q1:.2f}, {q3:.2f}]")

@@ -245,29 +245,31 @@ def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
     return run_section("mlp_classifier", configs, steps, rounds, {"batch_size": b})
 
 
+def _convnet() -> tf.keras.Sequential:
+    """The conv classifier: 2 strided Conv2D + Dense."""
+    tf.keras.utils.set_random_seed(0)
+    return tf.keras.Sequential([L.Input(IMAGE), L.Conv2D(16, 5, strides=2, padding="same", activation="relu"),
+                                L.Conv2D(32, 5, strides=2, padding="same", activation="relu"), L.Flatten(),
+                                L.Dense(64, activation="relu"), L.Dense(10)])
+
+
 def conv_classifier_section(b: int, steps: int, rounds: int) -> dict:
     from tensorflow_privacy import DPKerasSGDOptimizer
 
     import tfpriv
 
-    def convnet():
-        tf.keras.utils.set_random_seed(0)
-        return tf.keras.Sequential([L.Input(IMAGE), L.Conv2D(16, 5, strides=2, padding="same", activation="relu"),
-                                    L.Conv2D(32, 5, strides=2, padding="same", activation="relu"), L.Flatten(),
-                                    L.Dense(64, activation="relu"), L.Dense(10)])
-
     rng = np.random.default_rng(0)
     data = (rng.random([b, *IMAGE], dtype=np.float32), rng.integers(0, 10, b).astype(np.int32))
     xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-    configs = [Config("none (Keras)", _keras(convnet(), tf.keras.optimizers.SGD(1e-3),
+    configs = [Config("none (Keras)", _keras(_convnet(), tf.keras.optimizers.SGD(1e-3),
                                              tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), data))]
-    ours = tfpriv.make_private(convnet(), loss=xent, config=DPConfig(aggregation="micro", l2_norm_clip=1.0,
+    ours = tfpriv.make_private(_convnet(), loss=xent, config=DPConfig(aggregation="micro", l2_norm_clip=1.0,
                                                                      noise_multiplier=1.0, verify=False),
                                num_examples=60000, batch_size=b)
     ours.compile(tf.keras.optimizers.SGD(1e-3))
     configs.append(Config("tfpriv make_private (micro, ghost norms)", keras_step(ours, data)))
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=b, learning_rate=1e-3)
-    configs.append(Config(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)", _keras(convnet(), opt, xent, data),
+    configs.append(Config(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)", _keras(_convnet(), opt, xent, data),
                           slow=True))
     return run_section("conv_classifier", configs, steps, rounds, {"batch_size": b})
 
