@@ -274,29 +274,38 @@ def conv_classifier_section(b: int, steps: int, rounds: int) -> dict:
     return run_section("conv_classifier", configs, steps, rounds, {"batch_size": b})
 
 
-def wgan_critic_section(b: int, steps: int, rounds: int) -> dict:
-    """The critic's gradient and update (the generator step, the same in both, is left out)."""
+CRITIC_CONFIGS = {
+    "none": dict(aggregation="none", num_partitions=1),
+    "micro, clipping=per_example": dict(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5, clipping="per_example",
+                                        seed=0, verify=False),
+}
+
+
+def critic_config(name: str, b: int, label: str | None = None) -> Config:
+    """The DP-WGAN-GP critic's gradient and update on a fixed batch of `b` (capacity 32, conditional)."""
     from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
 
     rng = np.random.default_rng(0)
     batch = {"image": tf.constant(rng.random((b, *IMAGE), dtype=np.float32)),
              "label": tf.constant(rng.integers(0, 10, b).astype(np.int32))}
-    configs = []
-    for name, dp in [("none", DPConfig(aggregation="none", num_partitions=1)),
-                     ("micro, clipping=per_example", DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5,
-                                                              expected_batch_size=float(b), clipping="per_example",
-                                                              seed=0, verify=False))]:
-        model = make_dpwgan_gp(capacity=32, num_classes=10, seed=0)
-        model.compile(dp_adam(4e-4), dp_adam(4e-4), dp, num_examples=60000)
-        model.prepare(batch)
+    kw = dict(CRITIC_CONFIGS[name])
+    if kw["aggregation"] != "none":
+        kw["expected_batch_size"] = float(b)
+    model = make_dpwgan_gp(capacity=32, num_classes=10, seed=0)
+    model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(**kw), num_examples=60000)
+    model.prepare(batch)
 
-        @tf.function
-        def critic_step(model=model):
-            grads, _ = model.engine.gradients(model.loss_fn, model.private_inputs(batch))
-            model.optimizer.apply_gradients(zip(grads, model.engine.variables))
+    @tf.function
+    def critic_step():
+        grads, _ = model.engine.gradients(model.loss_fn, model.private_inputs(batch))
+        model.optimizer.apply_gradients(zip(grads, model.engine.variables))
 
-        configs.append(Config(name, critic_step))
-    return run_section("wgan_critic", configs, steps, rounds, {"batch_size": b})
+    return Config(label or name, critic_step)
+
+
+def wgan_critic_section(b: int, steps: int, rounds: int) -> dict:
+    """The critic's gradient and update (the generator step, the same in both, is left out)."""
+    return run_section("wgan_critic", [critic_config(n, b) for n in CRITIC_CONFIGS], steps, rounds, {"batch_size": b})
 
 
 # -- scaling -----------------------------------------------------------------------------------------

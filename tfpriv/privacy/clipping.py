@@ -19,6 +19,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfpriv.privacy import rules
+from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
 from tfpriv.privacy.rules.base import mask_rows
 from tfpriv.privacy.taps import TapRecorder
 from tfpriv.privacy.terms import BatchLayout
@@ -415,5 +416,6 @@ class VectorizedPass(JacobianSums):
 
 def jacobian(tape: tf.GradientTape, values: tf.Tensor, variables: Sequence[tf.Variable]) -> list[tf.Tensor]:
     """[N, *w.shape] per variable: the gradient of each of the N `values` (zeros if unconnected)."""
-    return tape.jacobian(values, list(variables), unconnected_gradients=tf.UnconnectedGradients.ZERO,
-                         experimental_use_pfor=True)
+    with vectorized_conv_filter_gradients():
+        return tape.jacobian(values, list(variables), unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                             experimental_use_pfor=True)

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from tfpriv.privacy.clipping import JacobianSums, jacobian
+from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
@@ -74,7 +75,8 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
         return g_phi, g_psi, _scalars(terms.sample, spec.sample), _scalars(terms.batch, batch_names)
 
     def vectorized():
-        return tf.vectorized_map(one, inputs, fallback_to_while_loop=True)
+        with vectorized_conv_filter_gradients():
+            return tf.vectorized_map(one, inputs, fallback_to_while_loop=True)
 
     def empty():  # a Poisson batch can be empty (noise only); pfor cannot stack 0 rows
         none = [tf.zeros(tf.concat([[0], tf.shape(v)], 0), v.dtype) for v in variables]

@@ -1,0 +1,67 @@
+"""pfor_rules.py: per-example convolution filter gradients under vectorized_map equal a per-example loop,
+without TensorFlow's while_loop fallback, one example's NaN/inf stays its own, and the registry is restored."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.ops.parallel_for import pfor as _pfor
+
+from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
+
+WHILE_LOOP = "Conv2DBackpropFilter uses a while_loop"
+
+
+def _filter_grad(x, kernel, kwargs):
+    """The kernel gradient of sum(tanh(conv(x))^2) for one example x [H, W, C], and d/dx of it squared
+    (a second-order term, as a gradient penalty has)."""
+    with tf.GradientTape() as outer:
+        outer.watch(kernel)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            z = tf.nn.conv2d(x[None], kernel, **kwargs)
+            value = tf.reduce_sum(tf.tanh(z) ** 2)
+        penalty = tf.reduce_sum(inner.gradient(value, x) ** 2)
+        total = value + penalty
+    return outer.gradient(total, kernel)
+
+
+CASES = {
+    "same-stride2-shallow": ([2, 9, 9, 3], [5, 5, 3, 4], dict(strides=2, padding="SAME")),
+    "valid-deep": ([2, 7, 7, 16], [3, 3, 16, 5], dict(strides=1, padding="VALID")),
+    "dilated": ([2, 9, 9, 2], [3, 3, 2, 3], dict(strides=1, padding="SAME", dilations=2)),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_vectorized_filter_gradients_equal_the_loop(case, caplog):
+    x_shape, k_shape, kwargs = CASES[case]
+    rng = np.random.default_rng(0)
+    xs = tf.constant(rng.normal(size=[4, *x_shape[1:]]), tf.float32)
+    kernel = tf.constant(rng.normal(size=k_shape) * 0.3, tf.float32)
+    want = np.stack([_filter_grad(xs[i], kernel, kwargs).numpy() for i in range(4)])
+    with vectorized_conv_filter_gradients():
+        got = tf.function(lambda: tf.vectorized_map(lambda x: _filter_grad(x, kernel, kwargs), xs,
+                                                    fallback_to_while_loop=False))()
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+    assert WHILE_LOOP not in caplog.text
+
+
+def test_without_the_rule_tensorflow_loops_over_the_examples(caplog):
+    """What the rule is for: TF's own converter runs this op in a while_loop over the examples."""
+    xs = tf.ones([2, 5, 5, 1])
+    kernel = tf.ones([3, 3, 1, 2])
+    tf.function(lambda: tf.vectorized_map(lambda x: _filter_grad(x, kernel, dict(strides=1, padding="SAME")), xs))()
+    assert WHILE_LOOP in caplog.text
+
+
+def test_a_non_finite_example_does_not_reach_the_others_and_the_registry_is_restored():
+    before = _pfor._pfor_converter_registry["Conv2DBackpropFilter"]
+    xs = np.random.default_rng(1).normal(size=[3, 6, 6, 2]).astype(np.float32)
+    xs[1, 2, 3, 0] = np.inf
+    kernel = tf.constant(np.random.default_rng(2).normal(size=[3, 3, 2, 2]) * 0.3, tf.float32)
+    kwargs = dict(strides=1, padding="SAME")
+    with vectorized_conv_filter_gradients():
+        got = tf.vectorized_map(lambda x: _filter_grad(x, kernel, kwargs), tf.constant(xs)).numpy()
+    assert _pfor._pfor_converter_registry["Conv2DBackpropFilter"] is before
+    assert not np.all(np.isfinite(got[1]))
+    for i in (0, 2):
+        np.testing.assert_allclose(got[i], _filter_grad(tf.constant(xs[i]), kernel, kwargs).numpy(), rtol=1e-4, atol=1e-5)

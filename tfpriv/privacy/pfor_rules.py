@@ -1,0 +1,60 @@
+"""A vectorized pfor rule TensorFlow lacks: per-example convolution filter gradients.
+
+`tf.vectorized_map` (pfor) converts each op of the per-example function into one batched op. For
+`Conv2DBackpropFilter` whose layer input differs per example (every per-example gradient of a
+convolution, and the second-order terms of a gradient penalty), TF 2.15's converter falls back to
+a `while_loop` that runs the op once per example ("Conv2DBackpropFilter uses a while_loop. Fix
+that!" in `tensorflow/python/ops/parallel_for/pfor.py`). `vectorized_conv_filter_gradients()`
+installs, for the duration of a trace, a rule that computes those gradients for all examples at
+once: the layer input's patches (the same windows as the convolution, `rules.conv.patches`)
+times the output gradient, one batched matmul. Each example's result is computed from its own
+rows only, so a NaN/inf in one example cannot reach another's.
+
+The rule replaces the entry of pfor's converter registry (a private table of the pinned
+TensorFlow version) only while the context is open; cases it does not cover (loop-invariant
+input, NCHW, explicit padding, unknown filter shape) go to TensorFlow's own converter.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import tensorflow as tf
+from tensorflow.python.ops.parallel_for import pfor as _pfor
+
+from tfpriv.privacy.rules.conv import patches
+
+_OP = "Conv2DBackpropFilter"
+
+
+def _filter_gradients(pfor_input, original):
+    """pfor converter: [n, b, H, W, C] inputs and [n, b, H', W', C'] gradients -> [n, kh, kw, C, C']."""
+    _, inputs_stacked, _ = pfor_input.input(0)
+    padding = pfor_input.get_attr("padding")
+    shape = pfor_input.outputs[0].shape
+    if (not inputs_stacked or pfor_input.get_attr("data_format") != b"NHWC" or padding not in (b"SAME", b"VALID")
+            or not shape.is_fully_defined()):
+        return original(pfor_input)
+    pfor_input.stack_inputs(stack_indices=[2])
+    inputs, grads = pfor_input.stacked_input(0), pfor_input.stacked_input(2)
+    kh, kw, cin, cout = shape.as_list()
+    n = tf.shape(inputs)[0]
+    x = tf.reshape(inputs, tf.concat([[-1], tf.shape(inputs)[2:]], 0))
+    x.set_shape([None, None, None, cin])
+    strides, dilations = pfor_input.get_attr("strides"), pfor_input.get_attr("dilations")
+    rows = patches(x, (kh, kw), strides[1:3], dilations[1:3], padding.decode())
+    rows = tf.reshape(rows, [n, -1, kh * kw * cin])
+    out = tf.einsum("nti,ntj->nij", rows, tf.reshape(grads, [n, -1, cout]))
+    return _pfor.wrap(tf.reshape(out, [n, kh, kw, cin, cout]), True)
+
+
+@contextlib.contextmanager
+def vectorized_conv_filter_gradients() -> Iterator[None]:
+    """Within the context, pfor vectorizes per-example `Conv2DBackpropFilter` (no while_loop)."""
+    registry = _pfor._pfor_converter_registry
+    original = registry[_OP]
+    registry[_OP] = lambda pfor_input: _filter_gradients(pfor_input, original)
+    try:
+        yield
+    finally:
+        registry[_OP] = original
