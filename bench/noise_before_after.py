@@ -73,14 +73,8 @@ def main(argv):
         tf.keras.backend.clear_session()
     configs = [clf(False, b), with_old_noise(lambda: clf(True, b), "tfpriv micro (previous noise)"), clf(True, b)]
     out.append(T.run_section("mlp_classifier", configs, 3, rounds, {"batch_size": b}))
-    for sec in out:   # per-round speed-up of the current noise over the previous one
-        rows = {r["config"]: r for r in sec["rows"]}
-        for r in sec["rows"]:
-            old = rows.get(r["config"] + " (previous noise)")
-            if old:
-                q = np.percentile(np.array(old["seconds_per_round"]) / np.array(r["seconds_per_round"]), [25, 50, 75])
-                r["speedup_over_previous_noise"] = {"q1": q[0], "median": q[1], "q3": q[2]}
-                print(f"  {sec['section']} {r['config']}: {q[1]:.2f} [{q[0]:.2f}, {q[2]:.2f}] x the previous noise's speed")
+    for sec in out:
+        T.record_speedups(sec, " (previous noise)", "speedup_over_previous_noise")
     with open(argv[1], "w") as f:
         json.dump({"command": "python bench/noise_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
 

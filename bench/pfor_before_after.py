@@ -14,7 +14,6 @@ import os
 import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import numpy as np
 import tensorflow as tf
 from absl import app
 from bench import throughput as T
@@ -38,10 +37,7 @@ def main(argv):
     for b in [int(v) for v in os.environ.get("BATCH_SIZES", "64,256,512").split(",")]:
         configs = [T.critic_config("none", b), previous(b), T.critic_config(PRIVATE, b)]
         sec = T.run_section("wgan_critic", configs, 2, rounds, {"batch_size": b})
-        old, new = sec["rows"][1], sec["rows"][2]
-        q = np.percentile(np.array(old["seconds_per_round"]) / np.array(new["seconds_per_round"]), [25, 50, 75])
-        new["speedup_over_previous"] = {"q1": q[0], "median": q[1], "q3": q[2]}
-        print(f"  B={b}: {q[1]:.2f} [{q[0]:.2f}, {q[2]:.2f}] x the previous step's speed", flush=True)
+        T.record_speedups(sec, " (previous)", "speedup_over_previous")
         out.append(sec)
         del configs
         tf.keras.backend.clear_session()

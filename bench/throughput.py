@@ -113,6 +113,18 @@ def _quantiles(values) -> dict:
     return {"median": float(med), "q1": float(q1), "q3": float(q3)}
 
 
+def record_speedups(section: dict, suffix: str, key: str) -> None:
+    """For each row with a counterpart named row + `suffix` (the same step before a change, timed in
+    the same rounds), stores and prints the per-round speed-up over it as `key` (median, IQR)."""
+    rows = {r["config"]: r for r in section["rows"]}
+    for r in section["rows"]:
+        old = rows.get(r["config"] + suffix)
+        if old:
+            q1, med, q3 = np.percentile(np.array(old["seconds_per_round"]) / np.array(r["seconds_per_round"]), [25, 50, 75])
+            r[key] = {"q1": q1, "median": med, "q3": q3}
+            print(f"  {section['section']} {r['config']}: {med:.2f} [{q1:.2f}, {q3:.2f}] x the speed of{suffix}", flush=True)
+
+
 def run_section(section: str, configs: list[Config], steps: int, rounds: int, extra: dict | None = None) -> dict:
     """Times `configs` round-robin; ratios are against each config's reference (default configs[0])."""
     load_start = os.getloadavg()[0]
