@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+from unittest import mock
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf
@@ -23,12 +24,8 @@ PRIVATE = "micro, clipping=per_example"
 
 
 def previous(b):
-    rule = per_example.vectorized_conv_filter_gradients
-    per_example.vectorized_conv_filter_gradients = contextlib.nullcontext
-    try:
+    with mock.patch.object(per_example, "vectorized_conv_filter_gradients", contextlib.nullcontext):
         return T.critic_config(PRIVATE, b, label=f"{PRIVATE} (previous)")   # traced here
-    finally:
-        per_example.vectorized_conv_filter_gradients = rule
 
 
 def main(argv):

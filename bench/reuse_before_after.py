@@ -11,6 +11,7 @@ bench/throughput.py; prints and records the per-round speed-up of the current st
 import json
 import os
 import sys
+from unittest import mock
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
@@ -20,15 +21,11 @@ from bench import throughput as T
 from tfpriv.privacy.clipping import FastPass
 from tfpriv.privacy.config import DPConfig
 
-NEW = FastPass._instantiated_sum
 
 
 def previous(build, name):
-    FastPass._instantiated_sum = lambda self, *args: None
-    try:
+    with mock.patch.object(FastPass, "_instantiated_sum", lambda self, *args: None):
         c = build()      # traced here, so its graph keeps the previous clipped sums
-    finally:
-        FastPass._instantiated_sum = NEW
     c.name = name
     return c
 
