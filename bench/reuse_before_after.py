@@ -22,7 +22,6 @@ from tfpriv.privacy.clipping import FastPass
 from tfpriv.privacy.config import DPConfig
 
 
-
 def previous(build, name):
     with mock.patch.object(FastPass, "_instantiated_sum", lambda self, *args: None):
         c = build()      # traced here, so its graph keeps the previous clipped sums
