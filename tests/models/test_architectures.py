@@ -77,6 +77,27 @@ def test_pinwheel_anchor_decoder_keeps_the_encoder_free():
     assert enc.count_params() == (2 * 6 + 6) + 2 * (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
 
 
+def test_pinwheel_anchor_odd_mirrors_about_a_trainable_offset():
+    """`odd`: bias-free hidden layers as in `both`, the means' offset a trainable bias started at the
+    centre: codes of x and -x mirror about the offset wherever training moves it."""
+    tf.keras.utils.set_random_seed(5)
+    enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_anchor="odd",
+                                  pinwheel_centre=[0.5, 0.5], pinwheel_posterior_std=0.03)
+    np.testing.assert_allclose(enc(tf.zeros([1, 2]))[:, :2], [[0.5, 0.5]], atol=1e-7)
+    offset = [layer for layer in enc.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    assert offset.trainable
+    offset.assign([0.0, 1.0])  # as if training had moved it to a prior corner
+    x = tf.random.normal([5, 2])
+    mean, mean_neg = enc(x)[:, :2], enc(-x)[:, :2]
+    np.testing.assert_allclose(enc(tf.zeros([1, 2]))[:, :2], [[0.0, 1.0]], atol=1e-7)
+    np.testing.assert_allclose(mean - [0.0, 1.0], -(mean_neg - [0.0, 1.0]), atol=1e-6)
+    u = tf.random.normal([5, 2])
+    bias = [layer for layer in dec.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    np.testing.assert_allclose(dec(0.5 + u) - bias, -(dec(0.5 - u) - bias), atol=1e-6)  # decoder as in `both`
+    # encoder: hidden 2->6 without bias, means 6->2 with; decoder 2->6 without, 6->2 with
+    assert enc.count_params() == 2 * 6 + (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
+
+
 def test_pinwheel_fixed_posterior_std():
     enc, _ = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_posterior_std=0.03)
     out = enc(tf.random.normal([4, 2]) * 3)

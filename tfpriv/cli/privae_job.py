@@ -38,7 +38,8 @@ flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
 flags.DEFINE_string("pinwheel_anchor", "none",
                     "--architecture=pinwheel: none, decoder (the decoder reads z minus the prior's mean, a public "
                     "constant, through hidden layers without biases) or both (the encoder too: no biases but the "
-                    "log-variance head's, its means offset by the prior's mean, so x = 0 is encoded there).")
+                    "log-variance head's, its means offset by the prior's mean, so x = 0 is encoded there) or odd (as "
+                    "both, the means' offset a trainable bias started at the prior's mean).")
 flags.DEFINE_float("pinwheel_posterior_std", None,
                    "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means "
                    "only); unset = learned.")

@@ -88,7 +88,7 @@ class FixedStd(L.Layer):
         return {**super().get_config(), "std": self.std}
 
 
-PINWHEEL_ANCHORS = ("none", "decoder", "both")
+PINWHEEL_ANCHORS = ("none", "decoder", "both", "odd")
 
 
 def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int], anchor: str = "none",
@@ -104,19 +104,22 @@ def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[
         point to one code.
       `both`: the encoder too has no biases but its log-variance head's, its means offset by the
         centre: x = 0 is encoded at the centre exactly and opposite points at mirrored codes.
+      `odd`: as `both`, but the encoder's means are offset by a trainable bias started at the centre:
+        opposite points still get mirrored codes, about that offset, and the encoder can send every
+        point to one code (zero output weights, the offset at a prior component), as the plain nets can.
     `posterior_std`: the encoder outputs means only and every posterior std is this constant.
     """
     if anchor == "none" and posterior_std is None:
         return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
                 mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
-    enc_bias, dec_bias = anchor != "both", anchor == "none"
+    enc_bias, dec_bias = anchor not in ("both", "odd"), anchor == "none"
     x = tf.keras.Input(tuple(input_shape))
     h = L.Flatten()(x) if len(input_shape) > 1 else x
     for width in hidden:
         h = L.Dense(width, activation="tanh", use_bias=enc_bias)(h)
     start = "zeros" if anchor == "none" else tf.keras.initializers.Constant([float(c) for c in centre])
-    mean = L.Dense(latent_dim, use_bias=enc_bias, bias_initializer=start)(h)
-    if not enc_bias:
+    mean = L.Dense(latent_dim, use_bias=anchor != "both", bias_initializer=start)(h)
+    if anchor == "both":
         mean = Shift(centre)(mean)
     out = FixedStd(posterior_std)(mean) if posterior_std is not None else L.Concatenate()([mean, L.Dense(latent_dim)(h)])
     z = tf.keras.Input([latent_dim])
