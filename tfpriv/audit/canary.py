@@ -110,6 +110,14 @@ def _gradient_scores(kernel_before: np.ndarray, kernel_after: np.ndarray, rows: 
     return (kernel_after[rows] - kernel_before[rows]) @ u
 
 
+def _one_run_record(scores: np.ndarray, included: np.ndarray, confidence: float, start: float, **run) -> dict:
+    """A one-run audit's results record: the run's description `run` (with its `delta`), the bound
+    of `one_run_audit`, the mean score gap (included minus excluded) and the wall seconds since `start`."""
+    return {**run, **one_run_audit(scores, included, run["delta"], confidence),
+            "score_gap": float(np.mean(scores[included]) - np.mean(scores[~included])),
+            "seconds": round(time.time() - start, 1)}
+
+
 def classifier_canary_run(m: int = 1000, private: bool = True, target_epsilon: float = 2.0, epochs: int = 10,
                           batch_size: int = 64, l2_norm_clip: float = 1.0, learning_rate: float = 0.5,
                           kind: str = "gradient", magnitude: float = 1000.0, n_real: int | None = None,
@@ -136,22 +144,19 @@ def classifier_canary_run(m: int = 1000, private: bool = True, target_epsilon: f
         scores = _gradient_scores(before_kernel, model.layers[0].kernel.numpy(), d + np.arange(m))
     else:
         scores = before_loss - loss_fn(canary_y, model(canaries)).numpy()
-    audit = one_run_audit(scores, included, dp.delta, confidence)
-    return {
-        "family": "make_private (linear classifier, digits)",
-        "canary": f"{kind}-space",
-        "private": private,
-        "reported_epsilon": dp.epsilon(),
-        "delta": dp.delta,
-        "noise_multiplier": dp.dp_config.noise_multiplier,
-        "steps": dp.ledger.total_steps,
-        "num_examples": n,
-        "batch_size": batch_size,
-        "l2_norm_clip": l2_norm_clip,
-        **audit,
-        "score_gap": float(np.mean(scores[included]) - np.mean(scores[~included])),
-        "seconds": round(time.time() - start, 1),
-    }
+    return _one_run_record(
+        scores, included, confidence, start,
+        family="make_private (linear classifier, digits)",
+        canary=f"{kind}-space",
+        private=private,
+        reported_epsilon=dp.epsilon(),
+        delta=dp.delta,
+        noise_multiplier=dp.dp_config.noise_multiplier,
+        steps=dp.ledger.total_steps,
+        num_examples=n,
+        batch_size=batch_size,
+        l2_norm_clip=l2_norm_clip,
+    )
 
 
 # -- PriVAE ---------------------------------------------------------------------------------------
@@ -222,24 +227,21 @@ def vae_canary_run(m: int = 500, private: bool = True, target_epsilon: float = 2
         scores = before - _neg_elbo(vae, canaries, draws, seed + 1)
     else:
         scores = np.linalg.norm(_first_kernel(vae).numpy()[rows] - kernel_before[rows], axis=1)
-    audit = one_run_audit(scores, included, plan.delta, confidence)
-    return {
-        "family": f"PriVAE ({aggregation if private else 'none'}, sparse prior, MMD, digits)",
-        "canary": "input-space, loss-reduction score" if kind == "input" else "marker feature, encoder-row score",
-        "private": private,
-        "reported_epsilon": vae.epsilon(),
-        "delta": plan.delta,
-        "noise_multiplier": dp.noise_multiplier if private else 0.0,
-        "steps": plan.planned_steps,
-        "num_examples": n,
-        "batch_size": batch_size,
-        "l2_norm_clip": l2_norm_clip,
-        "batch_clip": batch_clip,
-        "num_partitions": num_partitions,
-        **audit,
-        "score_gap": float(np.mean(scores[included]) - np.mean(scores[~included])),
-        "seconds": round(time.time() - start, 1),
-    }
+    return _one_run_record(
+        scores, included, confidence, start,
+        family=f"PriVAE ({aggregation if private else 'none'}, sparse prior, MMD, digits)",
+        canary="input-space, loss-reduction score" if kind == "input" else "marker feature, encoder-row score",
+        private=private,
+        reported_epsilon=vae.epsilon(),
+        delta=plan.delta,
+        noise_multiplier=dp.noise_multiplier if private else 0.0,
+        steps=plan.planned_steps,
+        num_examples=n,
+        batch_size=batch_size,
+        l2_norm_clip=l2_norm_clip,
+        batch_clip=batch_clip,
+        num_partitions=num_partitions,
+    )
 
 
 # -- DP-WGAN-GP ------------------------------------------------------------------------------------
@@ -274,22 +276,19 @@ def gan_canary_run(m: int = 200, private: bool = True, target_epsilon: float = 2
     batches, steps = poisson_batches((x_train,), n, batch_size, seed)
     gan.fit(batches, epochs=epochs, steps_per_epoch=steps, verbose=0)
     scores = gan.critic(canaries).numpy() - before
-    audit = one_run_audit(scores, included, plan.delta, confidence)
-    return {
-        "family": f"DP-WGAN-GP critic ({'micro, per_example' if private else 'none'}, capacity {capacity}, digits 28x28)",
-        "canary": "input-space, critic-value score",
-        "private": private,
-        "reported_epsilon": gan.epsilon(),
-        "delta": plan.delta,
-        "noise_multiplier": dp.noise_multiplier if private else 0.0,
-        "steps": plan.planned_steps,
-        "num_examples": n,
-        "batch_size": batch_size,
-        "l2_norm_clip": l2_norm_clip,
-        **audit,
-        "score_gap": float(np.mean(scores[included]) - np.mean(scores[~included])),
-        "seconds": round(time.time() - start, 1),
-    }
+    return _one_run_record(
+        scores, included, confidence, start,
+        family=f"DP-WGAN-GP critic ({'micro, per_example' if private else 'none'}, capacity {capacity}, digits 28x28)",
+        canary="input-space, critic-value score",
+        private=private,
+        reported_epsilon=gan.epsilon(),
+        delta=plan.delta,
+        noise_multiplier=dp.noise_multiplier if private else 0.0,
+        steps=plan.planned_steps,
+        num_examples=n,
+        batch_size=batch_size,
+        l2_norm_clip=l2_norm_clip,
+    )
 
 
 # -- many runs ------------------------------------------------------------------------------------
