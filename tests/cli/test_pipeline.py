@@ -1,5 +1,7 @@
-"""The run sequence's Ctrl-C handling: a request recorded by the SIGINT handler stops training at the next batch."""
+"""The run sequence's shared pieces: Ctrl-C handling (a request recorded by the SIGINT handler stops training at
+the next batch) and the --lr_schedule learning rate."""
 import signal
+import types
 
 import numpy as np
 import pytest
@@ -32,3 +34,19 @@ def test_the_sigint_handler_records_the_request_and_interrupts(interrupt):
     with pytest.raises(KeyboardInterrupt):
         pipeline.on_sigint(signal.SIGINT, None)
     assert interrupt.is_set()
+
+
+def _settings(**kw):
+    return types.SimpleNamespace(**{**dict(lr_schedule="constant", learning_rate=0.01, epochs=3, batch_size=20,
+                                           sampling="poisson"), **kw})
+
+
+@pytest.mark.parametrize("steps_per_update", [1, 2])
+def test_cosine_schedule_decays_to_zero_over_the_planned_updates(steps_per_update):
+    assert pipeline.learning_rate(_settings(), 400) == 0.01
+    schedule = pipeline.learning_rate(_settings(lr_schedule="cosine"), 400, steps_per_update)
+    planned = 3 * 20 // steps_per_update  # 3 epochs of round(400 / 20) steps, one update every steps_per_update
+    assert float(schedule(0)) == pytest.approx(0.01)
+    assert float(schedule(planned // 2)) == pytest.approx(0.005, rel=1e-4)
+    assert float(schedule(planned)) == pytest.approx(0.0, abs=1e-9)
+    assert float(schedule(planned - 1)) > 0

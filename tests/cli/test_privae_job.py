@@ -67,21 +67,6 @@ def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
     np.testing.assert_allclose(tf.exp(0.5 * logvar), 0.03, rtol=1e-5)
 
 
-def test_cosine_schedule_decays_to_zero_over_the_planned_steps():
-    with flagsaver.flagsaver():
-        if not flags.FLAGS.is_parsed():
-            flags.FLAGS.mark_as_parsed()
-        s = read_settings(privae_job.JOB, flags.FLAGS, lr_schedule="cosine", learning_rate=0.01, epochs=3,
-                          batch_size=20, sampling="poisson")
-        constant = read_settings(privae_job.JOB, flags.FLAGS, learning_rate=0.01)
-    assert privae_job.learning_rate(constant, 400) == 0.01
-    schedule = privae_job.learning_rate(s, 400)
-    planned = 3 * 20  # 3 epochs of round(400 / 20) steps
-    assert float(schedule(0)) == pytest.approx(0.01)
-    assert float(schedule(planned // 2)) == pytest.approx(0.005, rel=1e-4)
-    assert float(schedule(planned)) == pytest.approx(0.0, abs=1e-9)
-
-
 def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
     with flagsaver.flagsaver():
         if not flags.FLAGS.is_parsed():

@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from absl import flags
 
 from tfpriv.cli.job import read_settings
@@ -29,6 +30,7 @@ def _parsed():
     ("dpgan", {"gan_loss": "hinge"}, "--gan_loss: must be one of wasserstein, logistic, got 'hinge'"),
     ("dpwgan_gp", {"gan_loss": "logistic"}, "--gan_loss: 'logistic' applies to --model=dpgan only"),
     ("dpgan", {"gan_optimizer": "sgd"}, "--gan_optimizer: must be one of rmsprop, adam, got 'sgd'"),
+    ("dpwgan_gp", {"lr_schedule": "step"}, "--lr_schedule: must be constant or cosine, got 'step'"),
     ("dpwgan_gp", {"clipping": "fast"}, "--clipping: fast (ghost-norm) clipping is not exact"),
     ("dpwgan_gp", {"aggregation": "termwise"}, "--aggregation: must be micro (per-example clipping of the critic)"),
     ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of fast, vectorized, per_example, got 'vmap'"),
@@ -99,6 +101,22 @@ def test_results_have_the_common_keys(tmp_path, data_dir):
     assert len(stored["segments"]) == 1 and stored["segments"][0]["steps"] == 3
     assert stored["gan"]["seed"] == 0 and stored["privacy"]["aggregation"] == "micro"
     assert (out / "privacy_plan.json").is_file() and (out / "logs").is_dir() and (out / "generator.keras").is_file()
+
+
+def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
+    """The critic updates every step, the generator every critic_steps-th: both reach 0 at the planned end."""
+    s = read_settings(cli.JOB, FLAGS, model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+                      latent_size=4, batch_size=600, epochs=3, critic_steps=2, lr_schedule="cosine",
+                      learning_rate=1e-3, generator_ema=0.9, seed=0)
+    run = cli.GanRun(s, "unused")
+    run.validate()
+    d_opt, g_opt = run.build(run.load()).optimizer
+    for optimizer, updates in ((d_opt, 3 * 100), (g_opt, 3 * 100 // 2)):  # 3 epochs of 60,000 / 600 critic steps
+        schedule = tf.keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+        assert float(schedule(0)) == pytest.approx(1e-3)
+        assert float(schedule(updates // 2)) == pytest.approx(5e-4, rel=1e-4)
+        assert float(schedule(updates)) == pytest.approx(0.0, abs=1e-12)
+    assert g_opt.use_ema and not d_opt.use_ema
 
 
 def test_optimizer_defaults_per_model():

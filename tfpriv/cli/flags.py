@@ -25,6 +25,8 @@ flags.DEFINE_integer("batch_size", 64, "Expected batch size B = qN (Poisson) or 
                      "Default per model: 64 (privae, dpgan), 128 (dpwgan_gp).")
 flags.DEFINE_float("learning_rate", 1e-3, "Learning rate. Default per model: 1e-3 (privae), 5e-5 (dpgan), "
                    "batch_size x 3.125e-6 (dpwgan_gp).")
+flags.DEFINE_string("lr_schedule", "constant", "constant, or cosine: the learning rate decays to 0 over the planned "
+                    "epochs (Loshchilov & Hutter 2017). Data-independent, so it costs no privacy.")
 flags.DEFINE_string("aggregation", "termwise", "none, micro, batch or termwise (see docs/privacy.md). "
                     "Default per model: termwise (privae), micro (GANs), none (filter).")
 flags.DEFINE_string("sampling", "poisson", "poisson (what the accountant assumes) or shuffle (epsilon is then an approximation).")

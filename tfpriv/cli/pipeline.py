@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.errors import UsageError
 from tfpriv.export import export_run
 from tfpriv.privacy.config import DPConfig
@@ -47,6 +48,23 @@ def need(flag: str, ok: bool, rule: str, value) -> None:
     """A settings check: `--flag: must be <rule>, got <value>`."""
     if not ok:
         raise UsageError(f"--{flag}: must be {rule}, got {value}")
+
+
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate(s, num_examples: int, steps_per_update: int = 1):
+    """The optimizer's learning rate from --learning_rate and --lr_schedule: the constant, or a
+    cosine decay to 0 over the planned updates (`s.epochs` epochs of steps, one optimizer update
+    every `steps_per_update` steps: a GAN's generator updates once per `critic_steps`).
+
+    Data-independent, so it costs no privacy. The schedule reads the optimizer's step counter,
+    which is checkpointed, so a resumed run continues the same curve.
+    """
+    if s.lr_schedule == "constant":
+        return s.learning_rate
+    steps = s.epochs * sampling_rate_and_steps(num_examples, s.batch_size, s.sampling)[1]
+    return tf.keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=max(1, steps // steps_per_update))
 
 
 def progress(s, message: str) -> None:

@@ -16,7 +16,6 @@ from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
-from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
 from tfpriv.models.architectures import PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture, parse_hidden
@@ -58,14 +57,11 @@ flags.DEFINE_float("prior_sigma0_sq", 0.05, "Spike VARIANCE sigma0^2 of the spar
 flags.DEFINE_float("prior_sigma0", None, "Spike STANDARD DEVIATION sigma0 of the sparse prior, instead of "
                    "--prior_sigma0_sq (Mathieu et al.'s code: 0.05, i.e. sigma0^2 = 0.0025).")
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
-flags.DEFINE_string("lr_schedule", "constant", "constant, or cosine: the learning rate decays to 0 over the planned "
-                    "epochs (Loshchilov & Hutter 2017). Data-independent, so it costs no privacy.")
 flags.DEFINE_integer("eval_importance_samples", 100, "K: importance samples for the test log-likelihood.")
 flags.DEFINE_integer("eval_examples", 2000, "Held-out examples used for metrics (0 = all).")
 
 DEFAULT_LATENT = {"digits": 8, "mnist": 50, "fashion_mnist": 50, "pinwheel": 2, "adult": 10, "abalone": 4}
 OPTIMIZERS = ("sgd", "adam")
-LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,7 +107,7 @@ class PriVAERun(pipeline.TrainingRun):
         need("num_samples_L", s.num_samples_L >= 1, ">= 1", s.num_samples_L)
         need("learning_rate", s.learning_rate > 0, "> 0", s.learning_rate)
         need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
-        need("lr_schedule", s.lr_schedule in LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
+        need("lr_schedule", s.lr_schedule in pipeline.LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
         parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
         need("pinwheel_anchor", s.pinwheel_anchor in PINWHEEL_ANCHORS, "one of " + ", ".join(PINWHEEL_ANCHORS),
              repr(s.pinwheel_anchor))
@@ -147,7 +143,7 @@ class PriVAERun(pipeline.TrainingRun):
                           max_batch_size=s.max_batch_size, clipping=s.clipping, clipped_sum=s.clipped_sum,
                           seed=s.seed)
         optimizer = (tf.keras.optimizers.SGD if s.optimizer == "sgd" else tf.keras.optimizers.Adam)(
-            learning_rate(s, len(data.x_train)))
+            pipeline.learning_rate(s, len(data.x_train)))
         return Built(vae, data.x_train, optimizer, config, s.batch_size, s.epochs, s.sampling)
 
     def evaluate(self) -> dict:
@@ -177,18 +173,6 @@ class PriVAERun(pipeline.TrainingRun):
                        pinwheel_anchor=s.pinwheel_anchor, pinwheel_posterior_std=s.pinwheel_posterior_std,
                        num_parameters=int(vae.encoder.count_params() + vae.decoder.count_params()))
         return out
-
-
-def learning_rate(s: PriVAESettings, num_examples: int):
-    """The optimizer's learning rate: the constant, or a cosine decay to 0 over the planned steps.
-
-    The schedule reads the optimizer's step counter, which is checkpointed, so a resumed run
-    continues the same curve.
-    """
-    if s.lr_schedule == "constant":
-        return s.learning_rate
-    steps = s.epochs * sampling_rate_and_steps(num_examples, s.batch_size, s.sampling)[1]
-    return tf.keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=steps)
 
 
 def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:

@@ -58,6 +58,7 @@ class GanSettings(PrivateSettings):
     epochs: int
     batch_size: int
     learning_rate: float
+    lr_schedule: str
     num_samples: int
     critic_steps: int
     capacity: int
@@ -117,6 +118,7 @@ def validate(s: GanSettings) -> None:
     need("epochs", s.epochs >= 1, ">= 1", s.epochs)
     need("batch_size", s.batch_size >= 1, ">= 1", s.batch_size)
     need("learning_rate", math.isfinite(s.learning_rate) and s.learning_rate > 0, "a positive finite number", s.learning_rate)
+    need("lr_schedule", s.lr_schedule in pipeline.LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
     need("aggregation", s.aggregation in ("micro", "none"),
          "micro (per-example clipping of the critic) or none (non-private baseline)", repr(s.aggregation))
     need("clipping", s.clipping in CLIPPING_METHODS, f"one of {', '.join(CLIPPING_METHODS)}", repr(s.clipping))
@@ -166,7 +168,9 @@ class GanRun(pipeline.TrainingRun):
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
                                      seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss)
         optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
-        d_opt, g_opt = optimizer(s.learning_rate), optimizer(s.learning_rate, s.generator_ema)
+        # The critic updates every step, the generator every critic_steps-th: each decays over its own updates.
+        d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))
+        g_opt = optimizer(pipeline.learning_rate(s, len(data.x_train), s.critic_steps), s.generator_ema)
         self.g_opt = g_opt
         config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
                           expected_batch_size=float(s.batch_size), clipping=s.clipping, num_partitions=1,

@@ -82,7 +82,8 @@ def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | No
                  name="dpgan")
 
 
-def rmsprop(learning_rate: float = LEARNING_RATE, ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
+def rmsprop(learning_rate: float | tf.keras.optimizers.schedules.LearningRateSchedule = LEARNING_RATE,
+            ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
     """WGAN's optimizer; ema > 0 as in `tfpriv.gan.wgan_gp.dp_adam`."""
     return tf.keras.optimizers.RMSprop(learning_rate, use_ema=ema > 0, ema_momentum=ema if ema > 0 else 0.99)
 
