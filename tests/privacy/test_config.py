@@ -37,6 +37,9 @@ def test_noise_std_formulas():
     # eq. 16: z * sqrt((C1/B)^2 + (C2/b)^2)
     assert cfg().noise_stddev(True) == pytest.approx(2.0 * math.hypot(1.0 / 64, 0.5 / 4))
     assert cfg(num_partitions=0).noise_stddev(True) == pytest.approx(2.0 * math.hypot(1.0 / 64, 0.5 / 64))
+    # a parameter the batch-wise terms do not reach: the sample-wise noise alone
+    assert cfg().noise_stddev(True, batch_terms_reach=False) == pytest.approx(2.0 * 1.0 / 64)
+    assert cfg(aggregation="micro").noise_stddev(True, batch_terms_reach=False) == pytest.approx(2.0 * 1.0 / 64)
     assert cfg(aggregation="none").noise_stddev(True) == 0.0
 
 

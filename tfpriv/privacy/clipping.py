@@ -10,6 +10,8 @@ alone under `tf.vectorized_map`. All expose the same operations the engine needs
   partition_sq_norms()   ||grad psi_j||^2                        [P]
   micro_sq_norms()       ||grad phi_i + grad sum_j psi_j||^2     [B]  (micro with batch terms)
   weighted(c_phi, c_psi) sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j
+  psi_reaches            [bool] per variable: whether the batch-wise terms reach it at all;
+                         `weighted` adds no psi contribution to a variable they do not reach
                          (a group with coefficient 0 adds exactly 0, even if it holds NaN/inf)
 """
 from __future__ import annotations
@@ -126,6 +128,10 @@ class FastPass:
         self.by_layer: dict[int, list[int]] = {}
         for k, tap in enumerate(taps):
             self.by_layer.setdefault(id(tap.layer), []).append(k)
+        # A variable the batch-wise terms reach: one owned by a layer some psi-reached call belongs to.
+        reached = {id(tap.layer) for k, tap in enumerate(taps) if self.g_psi is not None and self.g_psi[k] is not None}
+        self.psi_reaches = ([id(recorder.owner.get(id(v))) in reached for v in self.variables]
+                            if psi is not None else None)
         for tap in taps:
             tf.debugging.assert_equal(
                 tf.shape(tap.output)[0] % tf.maximum(batch_size, 1), 0,
@@ -292,12 +298,16 @@ class FastPass:
         A group with coefficient 0 contributes exactly 0, even if its quantities are NaN/inf.
         """
         if method == "reweight":
+            zero = tf.UnconnectedGradients.ZERO
             targets, weights = [self.phi], [c_phi]
             if self.psi is not None and c_psi is not None:
                 targets.append(self.psi)
                 weights.append(c_psi)
-            grads = self.tape.gradient(targets, self.variables, output_gradients=weights,
-                                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            grads = self.tape.gradient(targets, self.variables, output_gradients=weights, unconnected_gradients=zero)
+            if len(targets) == 2 and not all(self.psi_reaches):
+                # Variables psi does not reach get the phi sum alone, by construction (not by trusting the taps).
+                phi_only = self.tape.gradient(self.phi, self.variables, output_gradients=c_phi, unconnected_gradients=zero)
+                grads = [g if reach else g_phi for g, g_phi, reach in zip(grads, phi_only, self.psi_reaches)]
             # A weight-0 group's backward pass is 0, or NaN where its activations are NaN/inf
             # (0 * inf): every VJP is linear in the weight, selections only route 0 or NaN, and
             # NaN survives sums. A finite result is therefore exact; otherwise the book-keeping
@@ -370,6 +380,7 @@ class JacobianSums:
     batch_size: tf.Tensor
     j_phi: list[tf.Tensor]
     j_psi: list[tf.Tensor] | None
+    psi_reaches: list[bool] | None  # per variable: False where every row of j_psi is 0 by construction
 
     def sample_sq_norms(self) -> tf.Tensor:
         return tf.add_n([_flat_sq(j) for j in self.j_phi])
@@ -392,7 +403,8 @@ class JacobianSums:
         """
         out = [tf.tensordot(c_phi, mask_rows(j, c_phi != 0.0), axes=1) for j in self.j_phi]
         if self.j_psi is not None and c_psi is not None:
-            out = [o + tf.tensordot(c_psi, mask_rows(j, c_psi != 0.0), axes=1) for o, j in zip(out, self.j_psi)]
+            out = [o + tf.tensordot(c_psi, mask_rows(j, c_psi != 0.0), axes=1) if reach else o
+                   for o, j, reach in zip(out, self.j_psi, self.psi_reaches)]
         return out
 
 
@@ -410,12 +422,18 @@ class VectorizedPass(JacobianSums):
         self.layout = layout
         self.batch_size = batch_size
         self.phi, self.psi = phi, psi
-        self.j_phi = jacobian(tape, phi, self.variables)
-        self.j_psi = jacobian(tape, psi, self.variables) if psi is not None else None
+        self.j_phi = jacobian(tape, phi, self.variables)[0]
+        self.j_psi, self.psi_reaches = jacobian(tape, psi, self.variables) if psi is not None else (None, None)
 
 
-def jacobian(tape: tf.GradientTape, values: tf.Tensor, variables: Sequence[tf.Variable]) -> list[tf.Tensor]:
-    """[N, *w.shape] per variable: the gradient of each of the N `values` (zeros if unconnected)."""
+def jacobian(tape: tf.GradientTape, values: tf.Tensor,
+             variables: Sequence[tf.Variable]) -> tuple[list[tf.Tensor], list[bool]]:
+    """[N, *w.shape] per variable: the gradient of each of the N `values` (zeros where `values` do
+    not depend on the variable), and per variable whether they depend on it (in the traced graph)."""
     with vectorized_conv_filter_gradients():
-        return tape.jacobian(values, list(variables), unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        rows = tape.jacobian(values, list(variables), unconnected_gradients=tf.UnconnectedGradients.NONE,
                              experimental_use_pfor=True)
+    reaches = [r is not None for r in rows]
+    n = tf.shape(values)[0]
+    return [r if r is not None else tf.zeros(tf.concat([[n], tf.shape(v)], 0), v.dtype)
+            for r, v in zip(rows, variables)], reaches

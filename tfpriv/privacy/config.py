@@ -148,11 +148,14 @@ class DPConfig:
         """Inverse of `effective_noise_multiplier`: the z that gives a target effective value."""
         return effective * self.sensitivity(has_batch_terms)
 
-    def noise_stddev(self, has_batch_terms: bool) -> float:
+    def noise_stddev(self, has_batch_terms: bool, batch_terms_reach: bool = True) -> float:
         """Std of the Gaussian added to the final (normalised) gradient, per coordinate.
 
         termwise, eq. 16: (1/B)(sum + N(0,(z C1)^2)) + (1/b)(sum + N(0,(z C2)^2)), the two
-        noises summed into one Gaussian of std z*sqrt((C1/B)^2 + (C2/b)^2).
+        noises summed into one Gaussian of std z*sqrt((C1/B)^2 + (C2/b)^2). On a parameter the
+        batch-wise terms do not reach (`batch_terms_reach=False`, e.g. a decoder's under a latent
+        divergence) the psi sum is 0 on every dataset, so its noise is left out there: z*C1/B. The
+        released pair (phi sum, psi sum on the reached coordinates) keeps its sensitivity.
         micro: z*C/B. batch: z*C (the clipped group is already a mean).
         """
         if not self.private:
@@ -163,7 +166,7 @@ class DPConfig:
         if self.aggregation == "batch":
             return z * c
         sample_std = c / self.expected_batch_size
-        if not self.batch_terms_active(has_batch_terms):
+        if not (self.batch_terms_active(has_batch_terms) and batch_terms_reach):
             return z * sample_std
         batch_std = self.batch_clip / self.batch_term_denominator
         return z * math.hypot(sample_std, batch_std)

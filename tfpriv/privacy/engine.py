@@ -8,6 +8,7 @@ batch and returns gradients ready for `optimizer.apply_gradients`:
   micro     (1/B)(sum_i pi_C(grad[phi_i + psi(batch)]) + N(0, (zC)^2))
   batch     pi_C(grad[(1/B) sum_i phi_i + psi(batch)]) + N(0, (zC)^2)
   termwise  (1/B)(sum_i pi_C1(grad phi_i) + N(0,(zC1)^2)) + (1/b)(sum_j pi_C2(grad psi_j) + N(0,(zC2)^2))
+            the second noise only on the variables the batch-wise terms reach (`psi_reaches`)
 
 B is the expected batch size q*N (a fixed denominator), b the number of partitions.
 `DPConfig.clipping` only chooses how per-example gradients (or their norms) are obtained:
@@ -95,6 +96,9 @@ class DPGradientEngine:
         if self.per_example:
             require_layer_owned(roots, self.variables)
         self.generator = stream_generator(config.seed, "noise")
+        # Per variable, whether the batch-wise terms reach it in the traced graph: fixed by the first
+        # pass and required of every later one, so the noise on each variable never depends on the data.
+        self.psi_reaches: tuple[bool, ...] | None = None
 
     def _refuse_split_batch_terms(self, replicas: int) -> None:
         """Refuses cross-example clipping groups when a strategy splits the batch across replicas.
@@ -158,12 +162,30 @@ class DPGradientEngine:
         inputs, ok = finite_examples(inputs, batch_size)
         p, terms = self._pass(loss_fn, inputs, layout, batch_size)
         c_phi, c_psi, dropped = self._coefficients(p, batch_size, layout, ok)
+        if c_psi is not None:
+            self._fix_psi_reaches(p.psi_reaches)
         grads = p.weighted(c_phi / cfg.expected_batch_size,
                            None if c_psi is None else c_psi / self._psi_denominator(),
                            method=cfg.clipped_sum)
         logs = self._logs(terms, layout, batch_size, ok)
         logs["dropped"] = dropped
-        return self._add_noise(grads), logs
+        return self._add_noise(grads, self.psi_reaches if c_psi is not None else None), logs
+
+    def _fix_psi_reaches(self, reaches: Sequence[bool]) -> None:
+        """Records which variables the batch-wise terms reach; refuses a loss whose reach changes.
+
+        A variable they do not reach gets only the sample-wise noise (`DPConfig.noise_stddev`); the
+        pass adds no batch-wise gradient to it. Privacy does not rest on the reach being right (a
+        fixed set of coordinates left out of the psi sum is a data-independent projection, which does
+        not raise its sensitivity), only on it being the same at every step.
+        """
+        reaches = tuple(bool(r) for r in reaches)
+        if self.psi_reaches is None:
+            self.psi_reaches = reaches
+        elif reaches != self.psi_reaches:
+            changed = [v.name for v, a, b in zip(self.variables, reaches, self.psi_reaches) if a != b]
+            raise ConfigError(f"DP engine: the batch-wise terms reach different variables than on the first step "
+                              f"({', '.join(changed[:3])}); the loss must use the same variables at every step")
 
     def _psi_denominator(self) -> float:
         if self.config.aggregation == "micro":
@@ -312,16 +334,22 @@ class DPGradientEngine:
         bad = tf.math.unsorted_segment_max(tf.cast(~ok, tf.int32), layout.partition_ids, layout.num_partitions)
         return bad <= 0
 
-    def _add_noise(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
-        std = self.noise_stddev
-        if std == 0.0:
+    def _add_noise(self, grads: list[tf.Tensor], psi_reaches: Sequence[bool] | None = None) -> list[tf.Tensor]:
+        """grads + Gaussian noise: `noise_stddev` per coordinate, or the sample-wise part alone on a
+        variable `psi_reaches` marks as not reached by the batch-wise terms."""
+        has_batch = self.spec.has_batch_terms
+        reaches = psi_reaches if psi_reaches is not None else [True] * len(grads)
+        stds = [self.config.noise_stddev(has_batch, batch_terms_reach=r) for r in reaches]
+        if not any(stds):
             return grads
         # The same draw on every replica (StreamGenerator.normal_once); the all-reduce sums the
         # replicas, so only the first adds it: one noise in total, never R of them.
+        first = 1.0
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
-            std = std * tf.cast(tf.equal(ctx.replica_id_in_sync_group, 0), tf.float32)
-        return [g + self.generator.normal_once(tf.shape(g), stddev=std, dtype=g.dtype) for g in grads]
+            first = tf.cast(tf.equal(ctx.replica_id_in_sync_group, 0), tf.float32)
+        return [g + self.generator.normal_once(tf.shape(g), stddev=std * first, dtype=g.dtype)
+                for g, std in zip(grads, stds)]
 
     def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size,
               ok: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
@@ -414,6 +442,9 @@ class DPGradientEngine:
                 checks.append(("per-example (with batch terms)", checked.micro_sq_norms(), slow.micro_sq_norms()))
             else:
                 checks.append(("per-partition", checked.partition_sq_norms(), slow.partition_sq_norms()))
+            if list(checked.psi_reaches) != list(slow.psi_reaches):
+                raise ConfigError(f"DP engine: {why[0]} (the variables the batch-wise terms reach differ from the "
+                                  f"per-example Jacobian's); {why[1]}")
         for what, a, b in checks:
             # NaN or inf on both sides: both paths drop that example (partition).
             a, b = (np.where(np.isfinite(s), np.sqrt(np.maximum(s, 0)), np.inf) for s in (a.numpy(), b.numpy()))

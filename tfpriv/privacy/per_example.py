@@ -38,12 +38,14 @@ class PerExamplePass(JacobianSums):
     """The engine's quantities from per-example (and per-partition) gradients computed by vmap."""
 
     def __init__(self, variables: Sequence[tf.Variable], j_phi: Sequence[tf.Tensor],
-                 j_psi: Sequence[tf.Tensor] | None, layout: BatchLayout, batch_size: tf.Tensor):
+                 j_psi: Sequence[tf.Tensor] | None, psi_reaches: Sequence[bool] | None, layout: BatchLayout,
+                 batch_size: tf.Tensor):
         self.variables = list(variables)
         self.layout = layout
         self.batch_size = batch_size
         self.j_phi = list(j_phi)
         self.j_psi = list(j_psi) if j_psi is not None else None
+        self.psi_reaches = list(psi_reaches) if j_psi is not None else None
 
 
 def _as_batch_of_one(example):
@@ -60,10 +62,12 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
 
     singleton_psi: every example is its own partition, so its batch-wise values are logged too.
     Returns (g_phi [B, *w.shape] per variable, g_psi likewise or [], {name: [B]} sample values,
-    {name: [B]} batch values if `singleton_psi` else {}).
+    {name: [B]} batch values if `singleton_psi` else {}, per variable whether psi reaches it
+    (in the traced graph; all False unless `psi_grads`)).
     """
     variables = list(variables)
     batch_names = spec.batch if singleton_psi else ()
+    psi_reaches: list[bool] = []  # filled when `one` is traced
 
     def one(example):
         with tf.GradientTape(persistent=psi_grads) as tape:
@@ -71,7 +75,11 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
             phi = tf.reduce_sum(terms.sample_total())
             psi = tf.reduce_sum(terms.batch_total(1)) if psi_grads else None
         g_phi = tape.gradient(phi, variables, unconnected_gradients=ZERO)
-        g_psi = tape.gradient(psi, variables, unconnected_gradients=ZERO) if psi_grads else []
+        g_psi = []
+        if psi_grads:
+            g_psi = tape.gradient(psi, variables, unconnected_gradients=tf.UnconnectedGradients.NONE)
+            psi_reaches[:] = [g is not None for g in g_psi]
+            g_psi = [tf.zeros_like(v) if g is None else g for g, v in zip(g_psi, variables)]
         return g_phi, g_psi, _scalars(terms.sample, spec.sample), _scalars(terms.batch, batch_names)
 
     def vectorized():
@@ -83,17 +91,22 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
         return (none, list(none) if psi_grads else [], {k: tf.zeros([0]) for k in spec.sample},
                 {k: tf.zeros([0]) for k in batch_names})
 
-    return tf.cond(batch_size > 0, vectorized, empty)
+    out = tf.cond(batch_size > 0, vectorized, empty)
+    if psi_grads and not psi_reaches:  # eager and an empty batch: `one` was not traced, so trace it (not run)
+        example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
+        tf.function(one, autograph=False).get_concrete_function(example_spec)
+    return (*out, psi_reaches if psi_grads else [False] * len(variables))
 
 
 def partition_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], layout: BatchLayout,
-                        active: bool) -> tuple[list[tf.Tensor] | None, dict[str, tf.Tensor]]:
-    """grad psi_j per partition [P, *w.shape] (None unless `active`) and the [P] batch-wise values."""
+                        active: bool) -> tuple[list[tf.Tensor] | None, list[bool] | None, dict[str, tf.Tensor]]:
+    """grad psi_j per partition [P, *w.shape] and per variable whether psi reaches it (None unless
+    `active`), and the [P] batch-wise values."""
     with tf.GradientTape() as tape:
         terms = loss_fn(inputs, layout)
         psi = terms.batch_total(layout.num_partitions)
-    j_psi = jacobian(tape, psi, variables) if active else None
-    return j_psi, dict(terms.batch)
+    j_psi, reaches = jacobian(tape, psi, variables) if active else (None, None)
+    return j_psi, reaches, dict(terms.batch)
 
 
 def per_example_pass(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], spec: TermSpec,
@@ -105,9 +118,10 @@ def per_example_pass(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], 
     singleton_partitions: every example is its own partition (psi from the vectorized pass).
     """
     singleton_psi = spec.has_batch_terms and singleton_partitions
-    g_phi, g_psi, sample, batch = example_gradients(loss_fn, inputs, variables, spec, batch_size,
-                                                    singleton_psi, psi_grads=singleton_psi and batch_terms)
+    g_phi, g_psi, sample, batch, reaches = example_gradients(loss_fn, inputs, variables, spec, batch_size,
+                                                             singleton_psi, psi_grads=singleton_psi and batch_terms)
     j_psi = g_psi if (singleton_psi and batch_terms) else None
     if spec.has_batch_terms and not singleton_partitions:
-        j_psi, batch = partition_gradients(loss_fn, inputs, variables, layout, batch_terms)
-    return PerExamplePass(variables, g_phi, j_psi, layout, batch_size), LossTerms(sample=sample, batch=batch)
+        j_psi, reaches, batch = partition_gradients(loss_fn, inputs, variables, layout, batch_terms)
+    return (PerExamplePass(variables, g_phi, j_psi, reaches, layout, batch_size),
+            LossTerms(sample=sample, batch=batch))

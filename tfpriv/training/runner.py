@@ -64,6 +64,8 @@ class PrivacyPlan:
             "effective_noise_multiplier": self.effective_noise_multiplier,
             "sensitivity_in_clip_units": cfg.sensitivity(self.has_batch_terms) if cfg.private else None,
             "noise_stddev": cfg.noise_stddev(self.has_batch_terms),
+            # termwise: the std on parameters the batch-wise terms do not reach (their psi sum is always 0)
+            "noise_stddev_unreached": cfg.noise_stddev(self.has_batch_terms, batch_terms_reach=False),
             "l2_norm_clip": cfg.l2_norm_clip,
             "batch_clip": cfg.batch_clip,
             "num_partitions": cfg.num_partitions,
