@@ -43,6 +43,9 @@ def test_poisson_batches_vary_but_train_step_is_traced_once(tmp_path):
     assert out["epsilon"] == pytest.approx(expected)
     assert len(out["history"]["epsilon"]) == 2 and out["history"]["epsilon"][1] == pytest.approx(expected)
     assert os.path.isdir(tmp_path / "logs")
+    # the MMD of the codes reaches the encoder, not the decoder: only the encoder gets the C2 noise
+    encoder_size, decoder_size = model.encoder.count_params(), model.decoder.count_params()
+    assert out["batch_terms_reach"] == {"reached_parameters": encoder_size, "unreached_parameters": decoder_size}
 
 
 # RSS may grow by at most this much from the end of the warm-up epochs to the end of the run. Measured on

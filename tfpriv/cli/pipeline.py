@@ -150,7 +150,7 @@ def common_results(s, plan_: PrivacyPlan, fit: dict, metrics: dict) -> dict:
         "epsilon": fit["epsilon"], "steps": fit["steps"], "train_steps": fit["train_steps"],
         "epochs": fit["epochs_completed"], "planned_epochs": plan_.epochs, "planned_steps": plan_.planned_steps,
         "resumed": fit["resumed"], "budget_reached": fit["budget_reached"], "seed": s.seed,
-        "metrics": metrics,
+        "batch_terms_reach": fit["batch_terms_reach"], "metrics": metrics,
     }
 
 

@@ -156,6 +156,17 @@ class RunState(tf.Module):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
 
 
+def batch_terms_reach(engine) -> dict | None:
+    """How many parameters the batch-wise terms reach (full termwise noise) and do not (sample-wise
+    noise only), once the engine has traced a step with them; None otherwise."""
+    reaches = getattr(engine, "psi_reaches", None)
+    if reaches is None:
+        return None
+    sizes = [int(v.shape.num_elements()) for v in engine.variables]
+    return {"reached_parameters": sum(n for n, r in zip(sizes, reaches) if r),
+            "unreached_parameters": sum(n for n, r in zip(sizes, reaches) if not r)}
+
+
 def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
                 optimizer: tf.keras.optimizers.Optimizer | Sequence[tf.keras.optimizers.Optimizer],
                 output_dir: str, seed: int | None = None, verbose: int = 2,
@@ -207,6 +218,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
     train_steps = int(model.step_count.numpy())
     return {
+        "batch_terms_reach": batch_terms_reach(model.engine),
         "epsilon": model.epsilon(plan.delta),
         "steps": model.ledger.total_steps if plan.config.private else train_steps,
         "train_steps": train_steps,
