@@ -70,6 +70,20 @@ def test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity():
     assert result["max_whitened_change"] > math.sqrt(2)
 
 
+def test_batch_wise_noise_left_off_a_reached_variable_is_flagged(monkeypatch):
+    """Leaky control for the reach-restricted noise: an engine that gives the encoder (which the MMD reaches)
+    only the sample-wise noise. The audit counts a psi sum released there as part of the sample-wise block."""
+    from tfpriv.privacy.engine import DPGradientEngine
+    case = Case("vae", "termwise", 2, "sparse", "mmd")
+    honest = run_case(case, **FAST)
+    assert honest["max_sensitivity_ratio"] <= 1 + TOLERANCE
+    monkeypatch.setattr(DPGradientEngine, "_fix_psi_reaches",
+                        lambda self, reaches: setattr(self, "psi_reaches", tuple(False for _ in reaches)))
+    leaky = run_case(case, **FAST)
+    assert leaky["max_sensitivity_ratio"] > 1.5
+    assert not leaky["passed"]
+
+
 def test_coupling_keeps_untouched_partitions_prior_samples():
     """With the audit's coupling, adding an example to partition 0 leaves partition 1's MMD term unchanged;
     resetting one generator (the naive 'stream' reset) changes it."""

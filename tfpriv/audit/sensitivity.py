@@ -58,6 +58,8 @@ class Neighbour:
 
 
 def _flat(grads) -> tf.Tensor:
+    if not grads:
+        return tf.zeros([0])
     return tf.concat([tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads], axis=0)
 
 
@@ -160,10 +162,15 @@ class SensitivityAuditor:
             if "batch" in out:  # sum_i w_i (grad phi_i + grad psi(batch))
                 total = total + _flat(out["batch"])
             return {"group": total}
-        blocks = {"sample": _flat(out["sample"])}
-        if "batch" in self.block_scales:
-            blocks["batch"] = _flat(out["batch"])
-        return blocks
+        if "batch" not in self.block_scales:
+            return {"sample": _flat(out["sample"])}
+        # The batch-wise noise is added only where psi reaches (docs/privacy.md); on the other
+        # variables whatever psi sum the engine released would be noised with the sample-wise
+        # block's noise, so it is audited as part of that block, in its units (x B/b).
+        scale = cfg.expected_batch_size / cfg.batch_term_denominator
+        reaches = out["psi_reaches"]
+        sample = [s if r else s + scale * b for s, b, r in zip(out["sample"], out["batch"], reaches)]
+        return {"sample": _flat(sample), "batch": _flat([b for b, r in zip(out["batch"], reaches) if r])}
 
     def whitened(self, a: dict[str, tf.Tensor], b: dict[str, tf.Tensor]) -> tf.Tensor:
         sq = [tf.reduce_sum(tf.square((a[k] - b[k]) / c)) for k, c in self.block_scales.items()]

@@ -384,7 +384,9 @@ class DPGradientEngine:
         out = {"sample": p.weighted(c_phi, None, method=self.config.clipped_sum), "layout": layout,
                "dropped": dropped}
         if c_psi is not None:
+            self._fix_psi_reaches(p.psi_reaches)
             out["batch"] = p.weighted(tf.zeros_like(c_phi), c_psi, method=self.config.clipped_sum)
+            out["psi_reaches"] = self.psi_reaches
             if self.config.aggregation == "micro":
                 out["micro_sq_norms"] = p.micro_sq_norms()
             else:
