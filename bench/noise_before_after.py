@@ -21,7 +21,7 @@ from tfpriv.privacy.engine import DPGradientEngine
 NEW = DPGradientEngine._add_noise
 
 
-def old_add_noise(self, grads):
+def old_add_noise(self, grads, psi_reaches=None):
     """engine._add_noise and StreamGenerator.normal_once before commit 606fe8e."""
     std = self.noise_stddev
     if std == 0.0:

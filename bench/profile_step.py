@@ -75,7 +75,7 @@ def stages(model, engine, x) -> dict:
 
     def without_noise():
         add_noise = engine._add_noise
-        engine._add_noise = lambda grads: grads   # at trace time only: the graph has no noise
+        engine._add_noise = lambda grads, psi_reaches=None: grads   # at trace time only: the graph has no noise
         try:
             return engine.gradients(model.loss_fn, x)[0]
         finally:
