@@ -303,11 +303,17 @@ class FastPass:
             if self.psi is not None and c_psi is not None:
                 targets.append(self.psi)
                 weights.append(c_psi)
-            grads = self.tape.gradient(targets, self.variables, output_gradients=weights, unconnected_gradients=zero)
             if len(targets) == 2 and not all(self.psi_reaches):
                 # Variables psi does not reach get the phi sum alone, by construction (not by trusting the taps).
-                phi_only = self.tape.gradient(self.phi, self.variables, output_gradients=c_phi, unconnected_gradients=zero)
-                grads = [g if reach else g_phi for g, g_phi, reach in zip(grads, phi_only, self.psi_reaches)]
+                reached = [v for v, r in zip(self.variables, self.psi_reaches) if r]
+                unreached = [v for v, r in zip(self.variables, self.psi_reaches) if not r]
+                both = iter(self.tape.gradient(targets, reached, output_gradients=weights, unconnected_gradients=zero))
+                phi_only = iter(self.tape.gradient(self.phi, unreached, output_gradients=c_phi,
+                                                   unconnected_gradients=zero))
+                grads = [next(both) if r else next(phi_only) for r in self.psi_reaches]
+            else:
+                grads = self.tape.gradient(targets, self.variables, output_gradients=weights,
+                                           unconnected_gradients=zero)
             # A weight-0 group's backward pass is 0, or NaN where its activations are NaN/inf
             # (0 * inf): every VJP is linear in the weight, selections only route 0 or NaN, and
             # NaN survives sums. A finite result is therefore exact; otherwise the book-keeping
