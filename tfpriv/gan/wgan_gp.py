@@ -31,7 +31,8 @@ def default_learning_rate(batch_size: float) -> float:
     return float(batch_size) * LR_PER_EXAMPLE
 
 
-def dp_adam(learning_rate: float | tf.keras.optimizers.schedules.LearningRateSchedule, ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
+def dp_adam(learning_rate: float | tf.keras.optimizers.schedules.LearningRateSchedule,
+            ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
     """Adam with 004's betas; applied to the privatized gradient it is DP-Adam.
 
     ema > 0 keeps an exponential moving average of the variables (for the generator: it is

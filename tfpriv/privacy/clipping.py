@@ -10,9 +10,9 @@ alone under `tf.vectorized_map`. All expose the same operations the engine needs
   partition_sq_norms()   ||grad psi_j||^2                        [P]
   micro_sq_norms()       ||grad phi_i + grad sum_j psi_j||^2     [B]  (micro with batch terms)
   weighted(c_phi, c_psi) sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j
+                         (a group with coefficient 0 adds exactly 0, even if it holds NaN/inf)
   psi_reaches            [bool] per variable: whether the batch-wise terms reach it at all;
                          `weighted` adds no psi contribution to a variable they do not reach
-                         (a group with coefficient 0 adds exactly 0, even if it holds NaN/inf)
 """
 from __future__ import annotations
 
