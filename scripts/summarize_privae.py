@@ -1,8 +1,9 @@
 """Tables and plots of a PriVAE sweep: mean ± std over seeds of the metrics against epsilon.
 
-    python scripts/summarize_privae.py RUNS_DIR OUT_PREFIX
+    python scripts/summarize_privae.py RUNS_DIR OUT_PREFIX [pinwheel | hoyer]
 reads RUNS_DIR/<config>-eps<e>-seed<s>/results.json and writes OUT_PREFIX.md (a markdown
-table) and OUT_PREFIX.png (sparsity, log-likelihood and MMD against epsilon).
+table) and OUT_PREFIX.png (sparsity, log-likelihood and MMD against epsilon). `pinwheel` switches to
+the clustering metrics and lists purity run by run; `hoyer` lists the Hoyer sparsity run by run.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ PINWHEEL_METRICS = (("cluster_purity", "latent cluster purity"), ("reconstructio
                     ("log_likelihood", "test log-likelihood (nats)"))
 METRICS = SPARSITY_METRICS
 PER_SEED = None  # pinwheel: also list cluster_purity run by run
-ORDER = ("vae", "vae_mmd", "privae", "privae_mmd", "micro_mmd", "batch_mmd", "kl", "kl_paper", "nokl")
+ORDER = ("vae", "vae_mmd", "privae", "privae_mmd", "micro_mmd", "batch_mmd", "vae_laplace", "vae_mmd_laplace",
+         "privae_laplace", "privae_mmd_laplace", "kl", "kl_paper", "nokl")
 
 
 def load(runs_dir: str):
@@ -100,4 +102,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 3 and sys.argv[3] == "pinwheel":
         METRICS = PINWHEEL_METRICS
         PER_SEED = "cluster_purity"
+    elif len(sys.argv) > 3 and sys.argv[3] == "hoyer":
+        PER_SEED = "hoyer_sparsity"
     main(sys.argv[1], sys.argv[2])
