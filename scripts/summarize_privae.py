@@ -25,7 +25,7 @@ SPARSITY_METRICS = (("hoyer_sparsity", "Hoyer sparsity"), ("log_likelihood", "te
 PINWHEEL_METRICS = (("cluster_purity", "latent cluster purity"), ("reconstruction_error", "reconstruction MSE"),
                     ("log_likelihood", "test log-likelihood (nats)"))
 METRICS = SPARSITY_METRICS
-PER_SEED = None  # pinwheel: also list cluster_purity run by run
+PER_SEED = None  # a metric also listed run by run (the pinwheel and hoyer modes)
 ORDER = ("vae", "vae_mmd", "privae", "privae_mmd", "micro_mmd", "batch_mmd", "vae_laplace", "vae_mmd_laplace",
          "privae_laplace", "privae_mmd_laplace", "kl", "kl_paper", "nokl")
 
