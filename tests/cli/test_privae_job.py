@@ -1,5 +1,5 @@
 """`--model=privae` flags of the pinwheel experiment: --pinwheel_scale, --pinwheel_hidden, --pinwheel_anchor,
---pinwheel_posterior_std, --lr_schedule.
+--pinwheel_posterior_std, --lr_schedule; and the conv encoder's width, --conv_encoder_units.
 
 Bad values are one line on stderr and exit code 2 (no output folder left behind); good
 values reach the data and the networks and are recorded in results.json.
@@ -40,6 +40,8 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (PINWHEEL + ["--pinwheel_anchor=encoder"], "--pinwheel_anchor"),
     (["--dataset=digits", "--pinwheel_anchor=both"], "--pinwheel_anchor"),
     (PINWHEEL + ["--lr_schedule=step"], "--lr_schedule"),
+    (["--dataset=mnist", "--architecture=conv", "--conv_encoder_units=0"], "--conv_encoder_units"),
+    (["--dataset=digits", "--conv_encoder_units=32"], "--conv_encoder_units"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     out = tmp_path / "run"
@@ -80,3 +82,15 @@ def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
     assert float(schedule(0)) == pytest.approx(0.01)
     assert float(schedule(40)) == pytest.approx(0.0, abs=1e-9)  # 2 epochs of round(400 / 20) steps
 
+
+
+def test_conv_encoder_units_reach_the_built_encoder(tmp_path):
+    with flagsaver.flagsaver():
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
+        s = read_settings(privae_job.JOB, flags.FLAGS, dataset="mnist", architecture="conv", conv_encoder_units=16,
+                          latent_dim=4, epochs=1, batch_size=20, sampling="poisson", seed=0)
+    data = type("Data", (), {"x_train": np.zeros([3, 28, 28, 1], np.float32), "kind": "images",
+                             "likelihood": "bernoulli"})()
+    vae = privae_job.build_vae(s, data, latent_dim=4)
+    assert [layer.units for layer in vae.encoder.layers if isinstance(layer, tf.keras.layers.Dense)] == [16, 8]

@@ -130,3 +130,19 @@ def test_pinwheel_options_survive_saving(tmp_path):
 def test_bad_pinwheel_options_name_the_parameter(kwargs, param):
     with pytest.raises(ConfigError, match=f"^{param}: "):
         build_architecture("pinwheel", [2], 2, **kwargs)
+
+
+@pytest.mark.parametrize("units", [256, 32])
+def test_conv_encoder_units_set_the_hidden_fc_width(units):
+    enc, dec = build_architecture("conv", [28, 28, 1], 50, conv_encoder_units=units)
+    assert _dense_units(enc) == [units, 100]
+    conv = (4 * 4 * 1 * 32 + 32) + (4 * 4 * 32 * 64 + 64)
+    assert enc.count_params() == conv + (7 * 7 * 64 * units + units) + (units * 100 + 100)
+    assert enc(tf.zeros([2, 28, 28, 1])).shape == (2, 100)
+    assert _dense_units(dec) == [256, 7 * 7 * 64]  # the decoder is unchanged
+
+
+@pytest.mark.parametrize("units", [0, -4])
+def test_conv_encoder_units_below_one_are_refused(units):
+    with pytest.raises(ConfigError, match="^conv_encoder_units"):
+        build_architecture("conv", [28, 28, 1], 50, conv_encoder_units=units)

@@ -18,7 +18,8 @@ from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
-from tfpriv.models.architectures import PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture, parse_hidden
+from tfpriv.models.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
+                                         parse_hidden)
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.evaluation import encode_all, evaluate_vae
 from tfpriv.models.plots import image_grid, pinwheel_figure
@@ -32,6 +33,9 @@ flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cau
 flags.DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
 flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
 flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
+flags.DEFINE_integer("conv_encoder_units", CONV_ENCODER_UNITS,
+                     "--architecture=conv: width of the encoder's hidden FC layer (most of its weights; the DP "
+                     "noise norm on the encoder grows with the square root of their number).")
 flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
                     "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
 flags.DEFINE_string("pinwheel_anchor", "none",
@@ -82,6 +86,7 @@ class PriVAESettings(PrivateSettings):
     regularizer: str
     num_samples_L: int
     architecture: str
+    conv_encoder_units: int
     pinwheel_hidden: str
     pinwheel_anchor: str
     pinwheel_posterior_std: float | None
@@ -109,6 +114,7 @@ class PriVAERun(pipeline.TrainingRun):
         need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
         need("lr_schedule", s.lr_schedule in pipeline.LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
         parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
+        need("conv_encoder_units", s.conv_encoder_units >= 1, ">= 1", s.conv_encoder_units)
         need("pinwheel_anchor", s.pinwheel_anchor in PINWHEEL_ANCHORS, "one of " + ", ".join(PINWHEEL_ANCHORS),
              repr(s.pinwheel_anchor))
         need("pinwheel_posterior_std", s.pinwheel_posterior_std is None or s.pinwheel_posterior_std > 0, "> 0",
@@ -172,6 +178,8 @@ class PriVAERun(pipeline.TrainingRun):
             out.update(pinwheel_scale=float(s.pinwheel_scale), pinwheel_hidden=list(parse_hidden(s.pinwheel_hidden)),
                        pinwheel_anchor=s.pinwheel_anchor, pinwheel_posterior_std=s.pinwheel_posterior_std,
                        num_parameters=int(vae.encoder.count_params() + vae.decoder.count_params()))
+        if vae.encoder.name == "conv_encoder":
+            out.update(conv_encoder_units=int(s.conv_encoder_units), encoder_parameters=int(vae.encoder.count_params()))
         return out
 
 
@@ -183,6 +191,8 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
     for flag in ("pinwheel_hidden", "pinwheel_anchor", "pinwheel_posterior_std"):
         if arch != "pinwheel" and flag in s.given:
             raise UsageError(f"--{flag}: only applies to --architecture=pinwheel, got --architecture={arch}")
+    if arch != "conv" and "conv_encoder_units" in s.given:
+        raise UsageError(f"--conv_encoder_units: only applies to --architecture=conv, got --architecture={arch}")
     likelihood = dataset.likelihood if s.likelihood == "auto" else s.likelihood
     kwargs = {}
     if s.prior == "mixture":
@@ -197,7 +207,8 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
         centre = (prior.weights @ prior.means if isinstance(prior, GaussianMixture) else np.zeros(latent_dim)).tolist()
     encoder, decoder = build_architecture(arch, shape, latent_dim, pinwheel_hidden=s.pinwheel_hidden,
                                           pinwheel_anchor=s.pinwheel_anchor, pinwheel_centre=centre,
-                                          pinwheel_posterior_std=s.pinwheel_posterior_std)
+                                          pinwheel_posterior_std=s.pinwheel_posterior_std,
+                                          conv_encoder_units=s.conv_encoder_units)
     alpha = s.alpha if regularizer is not None else 0.0
     return VAE(encoder, decoder, prior=prior, likelihood=likelihood, beta=s.beta, alpha=alpha,
                regularizer=regularizer, num_samples=s.num_samples_L, obs_std=s.obs_std, obs_scale=s.obs_scale)

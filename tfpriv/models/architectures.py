@@ -14,16 +14,18 @@ import tensorflow as tf
 from tfpriv.errors import ConfigError
 
 L = tf.keras.layers
+CONV_ENCODER_UNITS = 256
 
 
-def conv_encoder_28(latent_dim: int = 50, input_shape=(28, 28, 1)) -> tf.keras.Model:
+def conv_encoder_28(latent_dim: int = 50, input_shape=(28, 28, 1), units: int = CONV_ENCODER_UNITS) -> tf.keras.Model:
     """Conv encoder for 28x28 images, in the style of Mathieu et al. 2019's Fashion-MNIST net
-    (strided 4x4 convolutions, one hidden FC layer)."""
+    (strided 4x4 convolutions, one hidden FC layer of `units`). That layer holds most of the weights
+    (3136 x 256 of 862,148 at latent_dim 50), so `units` sets the norm of the DP noise on the encoder."""
     x = tf.keras.Input(input_shape)
     h = L.Conv2D(32, 4, strides=2, padding="same", activation="relu")(x)     # 14x14
     h = L.Conv2D(64, 4, strides=2, padding="same", activation="relu")(h)     # 7x7
     h = L.Flatten()(h)
-    h = L.Dense(256, activation="relu")(h)
+    h = L.Dense(units, activation="relu")(h)
     return tf.keras.Model(x, L.Dense(2 * latent_dim)(h), name="conv_encoder")
 
 
@@ -158,15 +160,19 @@ def parse_hidden(spec) -> tuple[int, ...]:
 
 def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int, pinwheel_hidden=PINWHEEL_HIDDEN,
                        pinwheel_anchor: str = "none", pinwheel_centre=None, pinwheel_posterior_std: float | None = None,
-                       ) -> tuple[tf.keras.Model, tf.keras.Model]:
-    """(encoder, decoder) by name: `conv` (28x28 images), `mlp` (anything), `pinwheel` (small
+                       conv_encoder_units: int = CONV_ENCODER_UNITS) -> tuple[tf.keras.Model, tf.keras.Model]:
+    """(encoder, decoder) by name: `conv` (28x28 images; `conv_encoder_units` is the encoder's
+    hidden FC width), `mlp` (anything), `pinwheel` (small
     tanh FC nets, `pinwheel_nets`; `pinwheel_hidden` are the encoder's hidden widths, mirrored in
     the decoder; `pinwheel_anchor`, `pinwheel_centre`, `pinwheel_posterior_std` as there)."""
     input_shape = tuple(int(d) for d in input_shape)
     if name == "conv":
         if input_shape[:2] != (28, 28):
             raise ConfigError(f"architecture=conv: needs 28x28 images, got input shape {input_shape}")
-        return conv_encoder_28(latent_dim, input_shape), conv_decoder_28(latent_dim, input_shape[-1])
+        if int(conv_encoder_units) < 1:
+            raise ConfigError(f"conv_encoder_units: must be >= 1, got {conv_encoder_units}")
+        return (conv_encoder_28(latent_dim, input_shape, int(conv_encoder_units)),
+                conv_decoder_28(latent_dim, input_shape[-1]))
     if name == "mlp":
         return mlp_encoder(input_shape, latent_dim), mlp_decoder(latent_dim, input_shape)
     if name == "pinwheel":
