@@ -43,7 +43,7 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (["--dataset=mnist", "--architecture=conv", "--conv_encoder_units=0"], "--conv_encoder_units"),
     (["--dataset=digits", "--conv_encoder_units=32"], "--conv_encoder_units"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_bad_pinwheel_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
+def test_bad_architecture_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     out = tmp_path / "run"
     assert_one_line_error(train_py(f"--output_dir={out}", "--epochs=1", "--verbose=0", *args, capsys=capsys), flag, out)
 
@@ -81,7 +81,6 @@ def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
     schedule = tf.keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
     assert float(schedule(0)) == pytest.approx(0.01)
     assert float(schedule(40)) == pytest.approx(0.0, abs=1e-9)  # 2 epochs of round(400 / 20) steps
-
 
 
 def test_conv_encoder_units_reach_the_built_encoder(tmp_path):
