@@ -3,7 +3,9 @@ import pytest
 import tensorflow as tf
 
 from tfpriv.errors import UsageError
-from tfpriv.gan.architectures import build_critic, build_generator
+from tfpriv.gan.architectures import build_critic, build_generator, generator_width
+from tfpriv.gan.dpgan import make_dpgan
+from tfpriv.gan.wgan_gp import make_dpwgan_gp
 
 
 def test_critic_is_004s_three_strided_5x5_convs_with_capacity_filters():
@@ -46,3 +48,25 @@ def test_bad_sizes_raise_usage_error(builder, kwargs, message):
     with pytest.raises(UsageError) as err:
         builder(**kwargs)
     assert str(err.value) == message
+
+
+def _filters(model: tf.keras.Model, kind: type) -> list[int]:
+    return [l.filters for l in model.layers if type(l) is kind]
+
+
+@pytest.mark.parametrize("make", [make_dpwgan_gp, make_dpgan])
+def test_generator_capacity_widens_the_generator_only(make):
+    """The critic (the private part) keeps `capacity`; the generator takes `generator_capacity`."""
+    model = make(capacity=2, latent_size=4, num_classes=10, generator_capacity=5)
+    assert _filters(model.critic, tf.keras.layers.Conv2D) == [2, 4, 8]
+    assert _filters(model.generator, tf.keras.layers.Conv2DTranspose) == [10, 5, 1]
+    assert model.generator.get_layer("project").units == 4 * 4 * 4 * 5
+    same = make(capacity=2, latent_size=4, num_classes=10)
+    assert _filters(same.generator, tf.keras.layers.Conv2DTranspose) == [4, 2, 1]
+
+
+def test_generator_width_defaults_to_capacity_and_refuses_zero():
+    assert generator_width(3, None) == 3 and generator_width(3, 7) == 7
+    with pytest.raises(UsageError) as err:
+        make_dpwgan_gp(capacity=2, latent_size=4, generator_capacity=0)
+    assert str(err.value) == "--generator_capacity: must be >= 1, got 0"

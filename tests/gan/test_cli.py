@@ -23,6 +23,7 @@ def _parsed():
 
 @pytest.mark.parametrize("model,overrides,message", [
     ("dpwgan_gp", {"capacity": 0}, "--capacity: must be >= 1, got 0"),
+    ("dpgan", {"generator_capacity": 0}, "--generator_capacity: must be >= 1, got 0"),
     ("dpwgan_gp", {"critic_steps": 0}, "--critic_steps: must be >= 1, got 0"),
     ("dpwgan_gp", {"gp_weight": -1.0}, "--gp_weight: must be a finite number >= 0, got -1.0"),
     ("dpgan", {"weight_clip": -1.0}, "--weight_clip: must be a finite number >= 0 (0: off), got -1.0"),
@@ -117,6 +118,19 @@ def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
         assert float(schedule(updates // 2)) == pytest.approx(5e-4, rel=1e-4)
         assert float(schedule(updates)) == pytest.approx(0.0, abs=1e-12)
     assert g_opt.use_ema and not d_opt.use_ema
+
+
+def test_generator_capacity_reaches_the_built_generator_and_is_recorded(tmp_path, data_dir):
+    out = tmp_path / "run"
+    s = read_settings(cli.JOB, FLAGS, model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+                      generator_capacity=3, latent_size=4, batch_size=500, epochs=1, max_steps=2, eval_every=0,
+                      num_samples=20, seed=0, verbose=0)
+    cli.run(s, str(out))
+    stored = json.load(open(out / "results.json"))
+    assert stored["gan"]["capacity"] == 2 and stored["gan"]["generator_capacity"] == 3
+    assert json.load(open(out / "gan.json"))["generator_capacity"] == 3
+    generator = tf.keras.models.load_model(out / "generator.keras", compile=False)
+    assert generator.get_layer("deconv2").filters == 3
 
 
 def test_optimizer_defaults_per_model():

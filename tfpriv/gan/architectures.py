@@ -30,6 +30,15 @@ def _check(capacity: int, num_classes: int | None) -> None:
         raise UsageError(f"num_classes: must be >= 2 for a conditional model, got {num_classes}")
 
 
+def generator_width(capacity: int, generator_capacity: int | None) -> int:
+    """The generator's capacity: `generator_capacity`, or the critic's `capacity` when it is None."""
+    if generator_capacity is None:
+        return capacity
+    if generator_capacity < 1:
+        raise UsageError(f"--generator_capacity: must be >= 1, got {generator_capacity}")
+    return generator_capacity
+
+
 def build_critic(capacity: int = 32, num_classes: int | None = None,
                  image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> tf.keras.Model:
     """Critic D(x) (or D(x, y) when num_classes is set): [B, H, W, C] (+ [B] int labels) -> [B]."""

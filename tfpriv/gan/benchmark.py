@@ -1,6 +1,7 @@
 """Throughput of a DP-WGAN-GP critic step, and where its time goes.
 
     python -m tfpriv.gan.benchmark --capacity=32 --batch_size=128 --parts=batch,per_example,jacobian,step
+    python -m tfpriv.gan.benchmark --batch_size=512 --parts=step --generator_capacity=64   # a wider generator
 
 Parts (each timed after one warm-up call, on a fixed batch of `batch_size` examples):
   batch        non-private gradient of the summed critic loss (the floor);
@@ -35,7 +36,7 @@ def _time(fn, reps: int) -> tuple[float, float]:
 
 
 def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: bool = True, reps: int = 3,
-              clipping: str = "per_example") -> list[dict]:
+              clipping: str = "per_example", generator_capacity: int | None = None) -> list[dict]:
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise SystemExit(f"--parts: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
@@ -47,7 +48,8 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
     from tfpriv.privacy.per_example import example_gradients
     from tfpriv.privacy.terms import BatchLayout
 
-    model = make_dpwgan_gp(capacity=capacity, num_classes=10 if conditional else None, seed=0)
+    model = make_dpwgan_gp(capacity=capacity, num_classes=10 if conditional else None, seed=0,
+                           generator_capacity=generator_capacity)
     model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.5,
                                                         expected_batch_size=float(batch_size), clipping=clipping,
                                                         seed=0, verify=False), num_examples=60000)
@@ -81,7 +83,8 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
     out = []
     for part in parts:
         first, sec = _time(tf.function(fns[part]), reps)
-        rec = {"part": part, "capacity": capacity, "batch_size": batch_size, "conditional": conditional,
+        rec = {"part": part, "capacity": capacity, "generator_capacity": generator_capacity or capacity,
+               "batch_size": batch_size, "conditional": conditional,
                "seconds_per_call": sec, "first_call_seconds": first, "load_average_1min": os.getloadavg()[0]}
         if part in ("engine", "step"):
             rec["clipping"] = clipping
@@ -94,13 +97,15 @@ def main(argv: list[str]) -> int:
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=32)
+    parser.add_argument("--generator_capacity", type=int, default=None, help="default: --capacity")
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--parts", default="batch,per_example,step")
     parser.add_argument("--clipping", default="per_example", help="the engine's path for the engine/step parts")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--unconditional", action="store_true")
     args = parser.parse_args(argv)
-    benchmark(args.capacity, args.batch_size, args.parts.split(","), not args.unconditional, args.reps, args.clipping)
+    benchmark(args.capacity, args.batch_size, args.parts.split(","), not args.unconditional, args.reps, args.clipping,
+              args.generator_capacity)
     return 0
 
 

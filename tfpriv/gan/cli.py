@@ -31,6 +31,8 @@ GAN_OPTIMIZERS = ("rmsprop", "adam")
 
 flags.DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
 flags.DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
+flags.DEFINE_integer("generator_capacity", None, "Generator width, if it should differ from --capacity. The generator is "
+                     "post-processing: its size adds no noise (the critic's does, with the square root of its weights).")
 flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
 flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
                    "(0: off, only with --gan_loss=logistic).")
@@ -62,6 +64,7 @@ class GanSettings(PrivateSettings):
     num_samples: int
     critic_steps: int
     capacity: int
+    generator_capacity: int | None
     gp_weight: float
     weight_clip: float
     gan_loss: str
@@ -102,6 +105,7 @@ def validate(s: GanSettings) -> None:
     from tfpriv.privacy.config import CLIPPING_METHODS
     need("dataset", s.dataset in IMAGE_DATASETS, f"one of {', '.join(IMAGE_DATASETS)} (28x28 images) for a GAN", repr(s.dataset))
     need("capacity", s.capacity >= 1, ">= 1", s.capacity)
+    need("generator_capacity", s.generator_capacity is None or s.generator_capacity >= 1, ">= 1", s.generator_capacity)
     need("critic_steps", s.critic_steps >= 1, ">= 1", s.critic_steps)
     need("latent_size", s.latent_size >= 1, ">= 1", s.latent_size)
     need("generator_ema", 0 <= s.generator_ema < 1, "in [0, 1)", s.generator_ema)
@@ -163,10 +167,12 @@ class GanRun(pipeline.TrainingRun):
         tf.keras.utils.set_random_seed(self.seed)
         if s.model == "dpwgan_gp":
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
-                                           seed=self.seed, generator_batch_size=s.batch_size)
+                                           seed=self.seed, generator_batch_size=s.batch_size,
+                                           generator_capacity=s.generator_capacity)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
-                                     seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss)
+                                     seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss,
+                                     generator_capacity=s.generator_capacity)
         optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
         # The critic updates every step, the generator every critic_steps-th: each decays over its own updates.
         d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))
@@ -209,6 +215,7 @@ class GanRun(pipeline.TrainingRun):
         if s.generator_ema:  # sample from the averaged generator (checkpoints keep the raw weights)
             self.g_opt.finalize_variable_values(model.generator.trainable_variables)
         training.save_generator(model, self.output_dir, {"model": s.model, "capacity": s.capacity,
+                                                         "generator_capacity": s.generator_capacity or s.capacity,
                                                          "latent_size": s.latent_size, "num_classes": self.num_classes})
         start = time.time()
         progress(s, f"generating {s.num_samples} samples ...")
@@ -241,6 +248,7 @@ class GanRun(pipeline.TrainingRun):
             "privacy": plan.summary(),
             "training": {k: v for k, v in fit.items() if k not in ("history", "plan", "segment")},
             "gan": {**s.record(exclude=("data_dir", "classifier_cache_dir", "generator_path")),
+                    "generator_capacity": s.generator_capacity or s.capacity,
                     "seed": self.seed, "seed_from_os": self.seed_from_os},
             # Includes tracing and data loading, not the intermediate scoring.
             "critic_steps_per_second": (fit["critic_steps"] / (fit["train_seconds"] - fit["scoring_seconds"])

@@ -21,7 +21,7 @@ import math
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
-from tfpriv.gan.architectures import build_critic, build_generator
+from tfpriv.gan.architectures import build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.privacy.terms import TermSpec
@@ -74,9 +74,12 @@ class DPGAN(PrivateWGAN):
 
 def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                critic_steps: int = 5, weight_clip: float = WEIGHT_CLIP, seed: int | None = None,
-               generator_batch_size: int | None = None, gan_loss: str = "wasserstein") -> DPGAN:
-    """DPGAN on the same critic/generator architecture as DP-WGAN-GP."""
-    return DPGAN(build_generator(capacity, latent_size, num_classes), build_critic(capacity, num_classes),
+               generator_batch_size: int | None = None, gan_loss: str = "wasserstein",
+               generator_capacity: int | None = None) -> DPGAN:
+    """DPGAN on the same critic/generator architecture as DP-WGAN-GP (generator at `generator_capacity`,
+    default `capacity`)."""
+    return DPGAN(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes),
+                 build_critic(capacity, num_classes),
                  weight_clip=weight_clip, gan_loss=gan_loss, latent_size=latent_size, num_classes=num_classes,
                  critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
                  name="dpgan")

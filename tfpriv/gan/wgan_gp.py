@@ -16,7 +16,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
-from tfpriv.gan.architectures import build_critic, build_generator
+from tfpriv.gan.architectures import build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
@@ -80,9 +80,11 @@ class DPWGANGP(PrivateWGAN):
 
 def make_dpwgan_gp(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                    critic_steps: int = 1, gp_weight: float = GP_WEIGHT, seed: int | None = None,
-                   generator_batch_size: int | None = None) -> DPWGANGP:
-    """The source paper's architecture at `capacity`, optionally class-conditional."""
-    return DPWGANGP(build_generator(capacity, latent_size, num_classes), build_critic(capacity, num_classes),
+                   generator_batch_size: int | None = None, generator_capacity: int | None = None) -> DPWGANGP:
+    """The source paper's architecture at `capacity` (the generator at `generator_capacity`, default the
+    same), optionally class-conditional."""
+    return DPWGANGP(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes),
+                    build_critic(capacity, num_classes),
                     gp_weight=gp_weight, latent_size=latent_size, num_classes=num_classes,
                     critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
                     name="dpwgan_gp")
