@@ -232,7 +232,7 @@ class FilterRun(pipeline.TrainingRun):
         from tfpriv.privacy.config import DPConfig
         s = self.s
         self.started = time.time()
-        tf.random.set_seed(self.seed)
+        tf.keras.utils.set_random_seed(self.seed)
         vae = build_stage1_vae(data, s.latent_dim or LATENT_DIMS[s.dataset], s.beta, s.robust_decoder)
         # micro: per-example clip of the whole per-example ELBO (sensitivity 1); batch: the batch's
         # gradient clipped as one group (sensitivity 2). The robust-decoder term is per example (its

@@ -46,7 +46,7 @@ class FilterConfig:
 def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, num_utility: int,
                  precision: np.ndarray, cfg: FilterConfig, log_every: int = 0, logger=None) -> FilterGame:
     """Runs the stage-2 game on codes z with private labels y and utility labels u."""
-    tf.random.set_seed(cfg.seed)
+    tf.keras.utils.set_random_seed(cfg.seed)
     dim = z.shape[1]
     game = FilterGame(
         build_filter(cfg.filter_type, dim, num_private, cfg.noise_dim),
@@ -67,7 +67,7 @@ def evaluate_codes(train_codes: np.ndarray, test_codes: np.ndarray, labels_train
                    labels_test: Mapping[str, np.ndarray], num_classes: Mapping[str, int],
                    cfg: FilterConfig) -> dict[str, float]:
     """Flat metrics: {role}_accuracy, {role}_auroc per label role, mutual_information (private, test codes)."""
-    tf.random.set_seed(cfg.seed + 1000)
+    tf.keras.utils.set_random_seed(cfg.seed + 1000)
     per = evaluation.evaluate_release(train_codes, test_codes, labels_train, labels_test, num_classes,
                                       cfg.classifier_kind, cfg.eval_epochs, cfg.batch_size, cfg.learning_rate,
                                       cfg.eval_min_steps)
@@ -105,7 +105,7 @@ def release_and_evaluate(game: FilterGame, codes_train: np.ndarray, codes_test: 
                          gaussian: bool = True) -> dict:
     """Releases train/test codes through a trained filter and, at the same budget, the Gaussian
     mechanism; evaluates both with fresh classifiers."""
-    tf.random.set_seed(cfg.seed + 7)
+    tf.keras.utils.set_random_seed(cfg.seed + 7)
     rel_train = game.privatize(codes_train, labels_train["private"])
     rel_test = game.privatize(codes_test, labels_test["private"])
     res = {"budget": cfg.budget, "seed": cfg.seed, "train_log": game.history[-1] if game.history else {}}

@@ -94,7 +94,7 @@ def train_stage1(dataset, latent_dim: int | None = None, epochs: int = 10, batch
     `checkpoint_dir` receives fit_private's checkpoints/logs (a temporary folder if None);
     `sampling_seed` seeds the batch sampling and `DPConfig.seed` the noise (None: from the OS,
     as a real release needs)."""
-    tf.random.set_seed(seed)
+    tf.keras.utils.set_random_seed(seed)
     if vae is None:
         vae = build_stage1_vae(dataset, latent_dim, beta, robust_decoder)
     if plan is None and dp is not None and dp.private:
