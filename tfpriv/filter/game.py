@@ -195,6 +195,6 @@ class FilterGame(tf.keras.Model):
     def privatize(self, z: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
         """Filtered codes z̃ for codes z and private labels y (fresh filter noise)."""
         if seed is not None:
-            tf.keras.utils.set_random_seed(seed)
+            tf.random.set_seed(seed)  # the filter noise only: no Keras initialiser runs here
         onehot = tf.one_hot(tf.cast(np.asarray(y), tf.int32), self.num_private_classes)
         return self.filter_layer(tf.convert_to_tensor(z, tf.float32), onehot).numpy()
