@@ -42,6 +42,7 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
         raise SystemExit(f"--parts: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     import tensorflow as tf
 
+    from tfpriv.gan.architectures import generator_width
     from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
     from tfpriv.privacy.clipping import jacobian as jacobian_rows
     from tfpriv.privacy.config import DPConfig
@@ -83,7 +84,7 @@ def benchmark(capacity: int, batch_size: int, parts: list[str], conditional: boo
     out = []
     for part in parts:
         first, sec = _time(tf.function(fns[part]), reps)
-        rec = {"part": part, "capacity": capacity, "generator_capacity": generator_capacity or capacity,
+        rec = {"part": part, "capacity": capacity, "generator_capacity": generator_width(capacity, generator_capacity),
                "batch_size": batch_size, "conditional": conditional,
                "seconds_per_call": sec, "first_call_seconds": first, "load_average_1min": os.getloadavg()[0]}
         if part in ("engine", "step"):

@@ -209,14 +209,15 @@ class GanRun(pipeline.TrainingRun):
 
     def evaluate(self) -> dict:
         from tfpriv.gan import evaluation, training
+        from tfpriv.gan.architectures import generator_width
         s, model, fit = self.s, self.built.model, self.fit
         fit.update(critic_steps=fit["train_steps"], generator_steps=int(self.g_opt.iterations.numpy()),
                    limit_reached=self.limit.reached, scoring_seconds=self.monitor.seconds_scoring)
         if s.generator_ema:  # sample from the averaged generator (checkpoints keep the raw weights)
             self.g_opt.finalize_variable_values(model.generator.trainable_variables)
-        training.save_generator(model, self.output_dir, {"model": s.model, "capacity": s.capacity,
-                                                         "generator_capacity": s.generator_capacity or s.capacity,
-                                                         "latent_size": s.latent_size, "num_classes": self.num_classes})
+        training.save_generator(model, self.output_dir, {
+            "model": s.model, "capacity": s.capacity, "generator_capacity": generator_width(s.capacity, s.generator_capacity),
+            "latent_size": s.latent_size, "num_classes": self.num_classes})
         start = time.time()
         progress(s, f"generating {s.num_samples} samples ...")
         images, gen_labels = evaluation.generate_samples(model, s.num_samples, seed=self.seed + 2)
@@ -242,13 +243,14 @@ class GanRun(pipeline.TrainingRun):
         return metrics
 
     def record(self) -> dict:
+        from tfpriv.gan.architectures import generator_width
         from tfpriv.gan.dpgan import privacy_comparison
         s, plan, fit = self.s, self.plan, self.fit
         out = {
             "privacy": plan.summary(),
             "training": {k: v for k, v in fit.items() if k not in ("history", "plan", "segment")},
             "gan": {**s.record(exclude=("data_dir", "classifier_cache_dir", "generator_path")),
-                    "generator_capacity": s.generator_capacity or s.capacity,
+                    "generator_capacity": generator_width(s.capacity, s.generator_capacity),
                     "seed": self.seed, "seed_from_os": self.seed_from_os},
             # Includes tracing and data loading, not the intermediate scoring.
             "critic_steps_per_second": (fit["critic_steps"] / (fit["train_seconds"] - fit["scoring_seconds"])
