@@ -4,7 +4,9 @@ Each `train_step` is one private critic step on its own Poisson batch, so every 
 Poisson-sampled Gaussian mechanism for the accountant and `ledger.steps` counts exactly those;
 after every `critic_steps`-th critic step it takes one generator step. The generator step sees
 only the critic and fresh latents/labels (uniform, not the private label marginal), never data:
-it is post-processing of the private critic.
+it is post-processing of the private critic. With `diversity_weight` > 0 the generator step also
+pairs its fakes (same label, different latents) and adds Mao et al.'s mode-seeking term
+(`tfpriv.gan.diversity`) against collapse within a class: a loss of the generator alone.
 
 The critic's per-example loss pairs real example i with a fake made from its own latent (and,
 conditionally, its own label) and its own interpolation weight: the train step draws them for
@@ -23,6 +25,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
+from tfpriv.gan.diversity import mode_seeking_loss, mode_seeking_ratio
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.rng import replica_rows, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
@@ -36,13 +39,16 @@ class PrivateWGAN(DPModel):
 
     def __init__(self, generator: tf.keras.Model, critic: tf.keras.Model, latent_size: int = 128,
                  num_classes: int | None = None, critic_steps: int = 1, generator_batch_size: int | None = None,
-                 seed: int | None = None, **kwargs):
+                 seed: int | None = None, diversity_weight: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         if critic_steps < 1:
             raise ConfigError(f"critic_steps: must be >= 1, got {critic_steps}")
         if generator_batch_size is not None and generator_batch_size < 1:
             raise ConfigError(f"generator_batch_size: must be >= 1, got {generator_batch_size}")
+        if not 0 <= diversity_weight < float("inf"):
+            raise ConfigError(f"diversity_weight: must be a finite number >= 0 (0: off), got {diversity_weight}")
         self.generator, self.critic = generator, critic
+        self.diversity_weight = float(diversity_weight)
         self.latent_size = int(latent_size)
         self.num_classes = num_classes
         self.critic_steps = int(critic_steps)
@@ -68,6 +74,9 @@ class PrivateWGAN(DPModel):
                               "use critic_steps=1 or one replica", param="replicas")
         super().compile(optimizer=d_optimizer, dp=dp, **kwargs)
         self.g_optimizer = g_optimizer
+        if self.diversity_weight > 0 and self._generator_batch() < 2:
+            raise ConfigError(f"generator_batch_size: the mode-seeking term pairs fakes, so it needs >= 2, "
+                              f"got {self._generator_batch()}")
         if self.seed is not None and dp.seed is None:
             object.__setattr__(self, "rng", stream_generator(self.seed, "loss"))
 
@@ -107,7 +116,11 @@ class PrivateWGAN(DPModel):
         return LossTerms(sample=self.critic_terms(inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]))
 
     def metric_names(self) -> list[str]:
-        return ["d_loss", "w_distance", "penalty", "g_loss"]
+        return ["d_loss", "w_distance", "penalty"] + self.generator_metric_names()
+
+    def generator_metric_names(self) -> list[str]:
+        """g_loss: the adversarial part; g_diversity: the mean mode-seeking ratio of the paired fakes."""
+        return ["g_loss"] + (["g_diversity"] if self.diversity_weight > 0 else [])
 
     # -- inputs --------------------------------------------------------------------------------
     def _latent(self, n) -> tf.Tensor:
@@ -161,28 +174,45 @@ class PrivateWGAN(DPModel):
             return int(self.generator_batch_size)
         return max(1, int(round(self.dp_config.expected_batch_size or 64)))
 
-    def _generator_step(self) -> tf.Tensor:
+    def _generator_labels(self, rows) -> tf.Tensor:
+        """Uniform labels; with the mode-seeking term rows i and pairs + i share one (pairs = rows // 2)."""
+        if self.diversity_weight == 0:
+            return self.random_labels(rows)
+        first = self.random_labels(rows // 2)
+        return tf.concat([first, first, self.random_labels(rows % 2)], axis=0)
+
+    def _generator_step(self) -> dict:
         n = self._generator_batch()
         # Under a strategy each replica takes its rows of the batch and differentiates the sum
         # over them / n: the all-reduced (summed) gradient is the one device's.
         rows = replica_rows(n)
-        labels = self.random_labels(rows) if self.conditional else None
+        labels = self._generator_labels(rows) if self.conditional else None  # drawn before the latents
+        latent = self._latent(rows)
         with tf.GradientTape() as tape:
-            fake = self.generator(self._generator_in(self._latent(rows), labels), training=True)
+            fake = self.generator(self._generator_in(latent, labels), training=True)
             losses = self.generator_loss(self.critic(self._critic_in(fake, labels), training=True))
             loss = tf.reduce_sum(losses) / n
+            if self.diversity_weight > 0:
+                pairs = rows // 2
+                ratio = mode_seeking_ratio(fake[:pairs], fake[pairs:2 * pairs], latent[:pairs], latent[pairs:2 * pairs])
+                loss += self.diversity_weight * tf.reduce_sum(mode_seeking_loss(ratio)) / max(n // 2, 1)
         grads = tape.gradient(loss, self.generator.trainable_variables)
         self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_variables))
-        return tf.reduce_mean(losses)
+        out = {"g_loss": tf.reduce_mean(losses)}
+        if self.diversity_weight > 0:
+            out["g_diversity"] = tf.reduce_mean(ratio)
+        return out
 
     def after_private_step(self) -> dict:
         """Weight clipping (DPGAN), then a generator step every `critic_steps` critic steps."""
         self.after_critic_update()
         if self.critic_steps == 1:  # no conditional: a strategy cannot synchronise replicas inside one
-            return {"g_loss": self._generator_step()}
+            return self._generator_step()
         do_generator = tf.equal(self.step_count % self.critic_steps, 0)
-        g_loss = tf.cond(do_generator, self._generator_step, lambda: tf.constant(0.0))
-        return {"g_loss": (g_loss, tf.cast(do_generator, tf.float32))}
+        skipped = {name: tf.constant(0.0) for name in self.generator_metric_names()}
+        logs = tf.cond(do_generator, self._generator_step, lambda: skipped)
+        weight = tf.cast(do_generator, tf.float32)
+        return {name: (value, weight) for name, value in logs.items()}
 
     def step_logs(self, logs: dict) -> dict:
         # Diagnostics on the private batch (not privatized, like any training-loss log).

@@ -33,6 +33,8 @@ flags.DEFINE_integer("critic_steps", None, "Critic steps per generator step (def
 flags.DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
 flags.DEFINE_integer("generator_capacity", None, "Generator width, if it should differ from --capacity. The generator is "
                      "post-processing: its size adds no noise (the critic's does, with the square root of its weights).")
+flags.DEFINE_float("diversity_weight", 0.0, "Weight of the generator's mode-seeking term (Mao et al. 2019): pairs of "
+                   "fakes with one label and different latents are pushed apart (0: off). Post-processing: no privacy cost.")
 flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
 flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
                    "(0: off, only with --gan_loss=logistic).")
@@ -65,6 +67,7 @@ class GanSettings(PrivateSettings):
     critic_steps: int
     capacity: int
     generator_capacity: int | None
+    diversity_weight: float
     gp_weight: float
     weight_clip: float
     gan_loss: str
@@ -109,6 +112,10 @@ def validate(s: GanSettings) -> None:
     need("critic_steps", s.critic_steps >= 1, ">= 1", s.critic_steps)
     need("latent_size", s.latent_size >= 1, ">= 1", s.latent_size)
     need("generator_ema", 0 <= s.generator_ema < 1, "in [0, 1)", s.generator_ema)
+    need("diversity_weight", math.isfinite(s.diversity_weight) and s.diversity_weight >= 0, "a finite number >= 0 (0: off)",
+         s.diversity_weight)
+    need("batch_size", s.diversity_weight == 0 or s.batch_size >= 2,
+         ">= 2 with --diversity_weight (the generator pairs its fakes)", s.batch_size)
     need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
     need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip >= 0, "a finite number >= 0 (0: off)", s.weight_clip)
     need("gan_loss", s.gan_loss in GAN_LOSSES, f"one of {', '.join(GAN_LOSSES)}", repr(s.gan_loss))
@@ -168,11 +175,11 @@ class GanRun(pipeline.TrainingRun):
         if s.model == "dpwgan_gp":
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
                                            seed=self.seed, generator_batch_size=s.batch_size,
-                                           generator_capacity=s.generator_capacity)
+                                           generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
                                      seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss,
-                                     generator_capacity=s.generator_capacity)
+                                     generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight)
         optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
         # The critic updates every step, the generator every critic_steps-th: each decays over its own updates.
         d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))
