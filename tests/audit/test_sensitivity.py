@@ -18,6 +18,7 @@ FAST = dict(vae_hidden=(16,), scales=(1000.0,), ascent_steps=3, ascent_starts=1)
     Case("vae", "micro", None, "sparse", "mmd"),              # the leaky control's batch, correctly accounted
     Case("vae", "micro", None, "normal", "kl_pq", at_cap=True),
     Case("vae", "batch", None, "normal", "mmd"),
+    Case("vae", "termwise", 2, "normal", "kl_pq", prior_samples=8),  # a fixed number of prior draws per partition
 ], ids=lambda c: c.name)
 def test_ratio_at_most_one(case):
     result = run_case(case, **FAST)

@@ -1,5 +1,5 @@
 """`--model=privae` flags of the pinwheel experiment: --pinwheel_scale, --pinwheel_hidden, --pinwheel_anchor,
---pinwheel_posterior_std, --lr_schedule; and the conv encoder's width, --conv_encoder_units.
+--pinwheel_posterior_std, --lr_schedule, --prior_samples; and the conv encoder's width, --conv_encoder_units.
 
 Bad values are one line on stderr and exit code 2 (no output folder left behind); good
 values reach the data and the networks and are recorded in results.json.
@@ -40,6 +40,8 @@ PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regula
     (PINWHEEL + ["--pinwheel_anchor=encoder"], "--pinwheel_anchor"),
     (["--dataset=digits", "--pinwheel_anchor=both"], "--pinwheel_anchor"),
     (PINWHEEL + ["--lr_schedule=step"], "--lr_schedule"),
+    (PINWHEEL + ["--prior_samples=0"], "--prior_samples"),
+    (["--dataset=digits", "--regularizer=none", "--prior_samples=8"], "--prior_samples"),
     (["--dataset=mnist", "--architecture=conv", "--conv_encoder_units=0"], "--conv_encoder_units"),
     (["--dataset=digits", "--conv_encoder_units=32"], "--conv_encoder_units"),
 ], ids=lambda v: v if isinstance(v, str) else None)
@@ -51,12 +53,13 @@ def test_bad_architecture_flags_are_one_line_exit_2(tmp_path, capsys, args, flag
 def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
     out = tmp_path / "run"
     proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--pinwheel_anchor=both",
-                    "--pinwheel_posterior_std=0.03", "--epochs=1", "--epsilon=2.87", "--l2_norm_clip=0.05",
+                    "--pinwheel_posterior_std=0.03", "--prior_samples=40", "--epochs=1", "--epsilon=2.87", "--l2_norm_clip=0.05",
                     "--batch_clip=0.005", "--eval_importance_samples=5", "--verbose=0", "--seed=2", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes the engine's check of the fast clipping path
     results = json.load(open(out / "results.json"))
     assert results["pinwheel_scale"] == 1.0 and results["pinwheel_hidden"] == [8, 4]
     assert results["pinwheel_anchor"] == "both" and results["pinwheel_posterior_std"] == 0.03
+    assert results["prior_samples"] == 40
     # encoder 2-8-4-2 (means only) and decoder 2-4-8-2, no biases but the decoder's output
     assert results["num_parameters"] == (2 * 8 + 8 * 4 + 4 * 2) + (2 * 4 + 4 * 8 + 8 * 2 + 2)
     assert 0 <= results["metrics"]["cluster_purity"] <= 1
@@ -67,6 +70,7 @@ def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
     mean, logvar = load_vae(str(out / "vae")).encode(tf.constant([[0.0, 0.0], [0.3, -0.2]]))
     np.testing.assert_allclose(mean[0], [0.5, 0.5], atol=1e-6)  # the prior's centre, whatever was learned
     np.testing.assert_allclose(tf.exp(0.5 * logvar), 0.03, rtol=1e-5)
+    assert load_vae(str(out / "vae")).regularizer.prior_samples == 40
 
 
 def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):

@@ -44,12 +44,13 @@ class Case:
     divergence: str | None = None
     conditional: bool = False
     at_cap: bool = False       # micro with a batch-wise term: max_batch_size = B (else B + 1)
+    prior_samples: int | None = None  # the divergence's prior draws per partition (None: |s_j|)
 
     @property
     def name(self) -> str:
         parts = [self.model]
         if self.model == "vae":
-            parts += [self.prior, self.divergence]
+            parts += [self.prior, self.divergence + ("" if self.prior_samples is None else f"_m{self.prior_samples}")]
         if self.conditional:
             parts.append("conditional")
         mode = self.aggregation + ("_cap" if self.at_cap else "")
@@ -103,7 +104,8 @@ def digits_batch(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_vae(prior: str, divergence: str, input_shape: Sequence[int], latent_dim: int = 2,
-              hidden: Sequence[int] | None = None, alpha: float = 10.0, seed: int = 0):
+              hidden: Sequence[int] | None = None, alpha: float = 10.0, seed: int = 0,
+              prior_samples: int | None = None):
     """A tiny PriVAE; `hidden` None: `build_architecture("mlp")`'s default widths."""
     from tfpriv.models.architectures import build_architecture, mlp_decoder, mlp_encoder
     from tfpriv.models.divergences import make_divergence
@@ -115,7 +117,7 @@ def build_vae(prior: str, divergence: str, input_shape: Sequence[int], latent_di
     else:
         encoder = mlp_encoder(input_shape, latent_dim, hidden=tuple(hidden))
         decoder = mlp_decoder(latent_dim, input_shape, hidden=tuple(hidden)[::-1])
-    reg = make_divergence(divergence)
+    reg = make_divergence(divergence, prior_samples=prior_samples)
     return VAE(encoder, decoder, prior=make_prior(prior, latent_dim), alpha=alpha if reg else 0.0, regularizer=reg)
 
 
@@ -163,7 +165,8 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     """(model, config, data batch, audit kwargs) for one case."""
     images, labels = digits_batch(batch_size, seed)
     if case.model == "vae":
-        model = build_vae(case.prior, case.divergence, images.shape[1:], hidden=vae_hidden, seed=seed)
+        model = build_vae(case.prior, case.divergence, images.shape[1:], hidden=vae_hidden, seed=seed,
+                          prior_samples=case.prior_samples)
         x, kwargs = images, {}
     elif case.model == "dpwgan_gp":
         model = build_gan(conditional=case.conditional, seed=seed)

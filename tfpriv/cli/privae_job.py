@@ -31,6 +31,9 @@ from tfpriv.training.tuner import Objective
 flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
 flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
 flags.DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
+flags.DEFINE_integer("prior_samples", None, "Prior draws per partition in the batch-wise divergence (unset: as many "
+                     "as the partition has members). A constant, so it costs no privacy; more draws lower the "
+                     "variance of the divergence's estimate.")
 flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
 flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
 flags.DEFINE_integer("conv_encoder_units", CONV_ENCODER_UNITS,
@@ -84,6 +87,7 @@ class PriVAESettings(PrivateSettings):
     num_samples: int
     prior: str
     regularizer: str
+    prior_samples: int | None
     num_samples_L: int
     architecture: str
     conv_encoder_units: int
@@ -170,7 +174,7 @@ class PriVAERun(pipeline.TrainingRun):
     def record(self) -> dict:
         s, vae = self.s, self.built.model
         out = {"feature_scaling": self.feature_scaling, "prior": s.prior, "regularizer": s.regularizer,
-               "alpha": vae.alpha, "beta": vae.beta, "latent_dim": self.latent_dim, "num_samples_L": vae.num_samples,
+               "prior_samples": s.prior_samples, "alpha": vae.alpha, "beta": vae.beta, "latent_dim": self.latent_dim, "num_samples_L": vae.num_samples,
                "optimizer": s.optimizer, "learning_rate": s.learning_rate, "lr_schedule": s.lr_schedule,
                "prior_config": vae.prior.config(), "likelihood": vae.likelihood, "obs_std": vae.obs_std,
                "obs_scale": vae.obs_scale}
@@ -201,7 +205,7 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
         sigma0_sq = s.prior_sigma0_sq if s.prior_sigma0 is None else s.prior_sigma0 ** 2
         kwargs.update(gamma=s.prior_gamma, sigma0_sq=sigma0_sq)
     prior = make_prior(s.prior, latent_dim, **kwargs)
-    regularizer = make_divergence(s.regularizer)
+    regularizer = make_divergence(s.regularizer, prior_samples=s.prior_samples)
     centre = None
     if s.pinwheel_anchor != "none":  # the prior's mean: a public constant of the model, not of the data
         centre = (prior.weights @ prior.means if isinstance(prior, GaussianMixture) else np.zeros(latent_dim)).tolist()
