@@ -53,8 +53,8 @@ def test_bad_architecture_flags_are_one_line_exit_2(tmp_path, capsys, args, flag
 def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
     out = tmp_path / "run"
     proc = train_py(f"--output_dir={out}", *PINWHEEL, "--pinwheel_scale=1", "--pinwheel_hidden=8,4", "--pinwheel_anchor=both",
-                    "--pinwheel_posterior_std=0.03", "--prior_samples=40", "--epochs=1", "--epsilon=2.87", "--l2_norm_clip=0.05",
-                    "--batch_clip=0.005", "--eval_importance_samples=5", "--verbose=0", "--seed=2", capsys=capsys)
+                    "--pinwheel_posterior_std=0.03", "--prior_samples=40", "--epochs=1", "--epsilon=2.87",
+                    "--l2_norm_clip=0.05", "--batch_clip=0.005", "--eval_importance_samples=5", "--verbose=0", "--seed=2", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes the engine's check of the fast clipping path
     results = json.load(open(out / "results.json"))
     assert results["pinwheel_scale"] == 1.0 and results["pinwheel_hidden"] == [8, 4]

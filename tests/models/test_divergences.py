@@ -142,8 +142,10 @@ def test_kl_pq_with_fixed_prior_samples_keeps_partitions_apart_and_estimates_the
     z = tf.random.stateless_normal([2, 5, 2], seed=[0, 1])
     logvar = tf.fill([2, 5, 2], -1.0)
     kl = KLPriorToAggregate(prior_samples=6)
-    before = kl(z, z, logvar, tf.constant([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], tf.float32), prior, stream_generator(4, "loss"))
-    after = kl(z, z, logvar, tf.constant([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], tf.float32), prior, stream_generator(4, "loss"))
+    smaller = tf.constant([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], tf.float32)
+    larger = tf.constant([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], tf.float32)          # one more member in partition 1
+    before = kl(z, z, logvar, smaller, prior, stream_generator(4, "loss"))
+    after = kl(z, z, logvar, larger, prior, stream_generator(4, "loss"))
     assert before.numpy()[0] == after.numpy()[0] and before.numpy()[1] != after.numpy()[1]
     mask = tf.constant([[1, 1, 1, 1, 1]], tf.float32)
     rng = stream_generator(5, "loss")

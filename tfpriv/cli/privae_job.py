@@ -174,7 +174,8 @@ class PriVAERun(pipeline.TrainingRun):
     def record(self) -> dict:
         s, vae = self.s, self.built.model
         out = {"feature_scaling": self.feature_scaling, "prior": s.prior, "regularizer": s.regularizer,
-               "prior_samples": s.prior_samples, "alpha": vae.alpha, "beta": vae.beta, "latent_dim": self.latent_dim, "num_samples_L": vae.num_samples,
+               "prior_samples": s.prior_samples, "alpha": vae.alpha, "beta": vae.beta, "latent_dim": self.latent_dim,
+               "num_samples_L": vae.num_samples,
                "optimizer": s.optimizer, "learning_rate": s.learning_rate, "lr_schedule": s.lr_schedule,
                "prior_config": vae.prior.config(), "likelihood": vae.likelihood, "obs_std": vae.obs_std,
                "obs_scale": vae.obs_scale}

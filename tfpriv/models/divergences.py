@@ -101,7 +101,7 @@ class KLPriorToAggregate(Divergence):
         log_agg = tf.reduce_logsumexp(log_q, axis=-1) - tf.math.log(count)[:, None]       # [P, m]
         term = prior.log_prob(zp) - log_agg
         if self.prior_samples is None:
-            return tf.reduce_sum(term * mask, axis=1)                                       # one prior sample per member
+            return tf.reduce_sum(term * mask, axis=1)          # one prior sample per member
         return size * tf.reduce_mean(term, axis=1)
 
     def config(self):
