@@ -7,13 +7,13 @@ composition of two (eps/2, delta/2) halves with the correct 2*C2 partition sensi
 kappa of tfpriv's joint accounting (sqrt(1 + 2^2)), and the epsilon actually spent when
 the paper's kappa is used with the correct sensitivity.
 
-    python scripts/kappa_table.py
+    python experiments/accounting/kappa_table.py
 """
 import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 
 from tfpriv.privacy.accounting import calibrate_noise, epsilon_for  # noqa: E402
 

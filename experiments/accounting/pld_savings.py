@@ -1,6 +1,6 @@
 """Epsilon of every committed private result under the RDP and the PLD accountant (same events).
 
-    python scripts/pld_savings.py docs/results > docs/results/pld_savings.json
+    python experiments/accounting/pld_savings.py experiments > experiments/accounting/pld_savings.json
 
 Reads each results.json-like file under the folder that records a private run (sampling_rate,
 effective_noise_multiplier, steps, delta), recomputes its epsilon with both accountants and
@@ -38,4 +38,4 @@ def rows(folder: str):
 
 
 if __name__ == "__main__":
-    print(json.dumps(list(rows(sys.argv[1] if len(sys.argv) > 1 else "docs/results")), indent=1))
+    print(json.dumps(list(rows(sys.argv[1] if len(sys.argv) > 1 else "experiments")), indent=1))

@@ -1,9 +1,9 @@
 """The audit behind docs/audit.md: sensitivity sweep, leaky controls, coupling comparison, canaries.
 
-    python scripts/audit_sweep.py                       # everything (about 10 min of CPU)
-    python scripts/audit_sweep.py --parts=sensitivity   # one part: sensitivity|controls|coupling|canaries
+    python experiments/audit/audit_sweep.py                       # everything (about 10 min of CPU)
+    python experiments/audit/audit_sweep.py --parts=sensitivity   # one part: sensitivity|controls|coupling|canaries
 
-Writes under docs/results/audit/ (or --out):
+Writes under experiments/audit/ (or --out):
   audit.json          run_audit(sweep_cases="full"): max_sensitivity_ratio per configuration
   controls.json       leaky configurations the audit must flag (ratio > 1)
   coupling_stream.json the same audit with the naive generator reset instead of the coupling
@@ -18,7 +18,7 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 
 from tfpriv.audit.canary import classifier_canary_run, gan_canary_run, many_run_audit, vae_canary_run  # noqa: E402
 from tfpriv.audit.run import run_audit  # noqa: E402

@@ -1,7 +1,7 @@
 """Throughput of a DP-WGAN-GP critic step, and where its time goes.
 
-    python -m tfpriv.gan.benchmark --capacity=32 --batch_size=128 --parts=batch,per_example,jacobian,step
-    python -m tfpriv.gan.benchmark --batch_size=512 --parts=step --generator_capacity=64   # a wider generator
+    python experiments/dpwgan/benchmark.py --capacity=32 --batch_size=128 --parts=batch,per_example,jacobian,step
+    python experiments/dpwgan/benchmark.py --batch_size=512 --parts=step --generator_capacity=64   # a wider generator
 
 Parts (each timed after one warm-up call, on a fixed batch of `batch_size` examples):
   batch        non-private gradient of the summed critic loss (the floor);

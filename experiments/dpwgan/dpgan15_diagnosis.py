@@ -1,7 +1,7 @@
 """Issue #15, DPGAN diagnosis: the private critic's signal against its noise, and weight saturation.
 
-    python scripts/dpgan15_diagnosis.py signal --steps=20 --out=diag.json   # at init and after N steps
-    python scripts/dpgan15_diagnosis.py trained RUN_DIR [RUN_DIR ...]       # trained runs' last checkpoints
+    python experiments/dpwgan/dpgan15_diagnosis.py signal --steps=20 --out=diag.json   # at init and after N steps
+    python experiments/dpwgan/dpgan15_diagnosis.py trained RUN_DIR [RUN_DIR ...]       # trained runs' last checkpoints
 
 For the conditional critic on real MNIST batches of B = 256 (fixed-size batches: a diagnosis, not
 a release): per-example gradient norms (the engine's fast path), the norm of the mean clipped

@@ -7,8 +7,8 @@ with noise multiplier z/sqrt(2) (two releases of the same subsample, each of sen
 other steps are ordinary. Prints and writes JSON with epsilon for the resume point read from the
 run's progress.json (the last segment's train_seconds), and for every epoch boundary.
 
-  python scripts/reaccount_replayed_resume.py docs/results/dpwgan/main_c32_b256_z05_ema_results.json \
-      docs/results/dpwgan/main_ema_progress.json docs/results/dpwgan/main_ema_reaccounting.json
+  python experiments/dpwgan/reaccount_replayed_resume.py experiments/dpwgan/runs.jsonl: main_c32_b256_z05_ema_results \
+      experiments/dpwgan/runs.jsonl: main_ema_progress experiments/dpwgan/runs.jsonl: main_ema_reaccounting
 """
 import json
 import math

@@ -1,4 +1,4 @@
-"""Timing of one user's filter game: `python -m tfpriv.filter.speed [--epochs 1000] [--n 6000]`.
+"""Timing of one user's filter game: `python experiments/filter/speed.py [--epochs 1000] [--n 6000]`.
 
 Synthetic 10-d MNIST-sized latent codes (a private and a utility binary label linearly encoded),
 two-FC+ELU classifiers, batch 128, Adam 1e-3: the same compiled loop as `FilterGame.fit_epochs`.

@@ -6,9 +6,9 @@ bundled copy when --data_dir is unset or holds no mnist/), `build_architecture("
 and `image_grid`. Prints one JSON record (settings, epsilon, wall times, load averages, test
 metrics, optional sample scores) and writes it with the figures to --output_dir:
 
-    python scripts/main_job_probe.py --output_dir=/tmp/probe/private                     # the default: eps = 8
-    python scripts/main_job_probe.py --output_dir=/tmp/probe/none --aggregation=none    # non-private reference
-    python scripts/main_job_probe.py --output_dir=/tmp/probe/termwise --aggregation=termwise \
+    python experiments/main_job/main_job_probe.py --output_dir=/tmp/probe/private                     # the default: eps = 8
+    python experiments/main_job/main_job_probe.py --output_dir=/tmp/probe/none --aggregation=none    # non-private reference
+    python experiments/main_job/main_job_probe.py --output_dir=/tmp/probe/termwise --aggregation=termwise \
         --regularizer=mmd --batch_clip=0.02 --num_partitions=100 --latent_dim=16 --epochs=30
 
 `--score_samples` also rates 10,000 decoded prior samples with the project's MNIST evaluation
@@ -16,7 +16,7 @@ CNN (`tfpriv.metrics.eval_classifier`, trained once and cached; --classifier_epo
 score, mean top-class probability, share of samples with top-class probability >= 0.9, and the
 class histogram. Real test images give the reference values.
 
-Results and the chosen default: docs/results/main_job.md.
+Results and the chosen default: experiments/main_job/README.md.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from tfpriv.models.vae import VAE  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.training.runner import fit_private, plan_privacy  # noqa: E402
 
-# The recommended no-flag default (docs/results/main_job.md, run e6); every flag overrides one
+# The recommended no-flag default (experiments/main_job/README.md, run e6); every flag overrides one
 # entry. With regularizer="none" the model has no batch-wise term, so batch_clip is not used
 # (C2 = 0 is passed) and num_partitions does not enter the mechanism: DP-SGD on the VAE loss.
 DEFAULTS = dict(

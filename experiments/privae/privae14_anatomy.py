@@ -1,6 +1,6 @@
 """Where a trained Fashion-MNIST VAE keeps its code (issue #14).
 
-    python scripts/privae14_anatomy.py DATA_DIR RUN_DIR...
+    python experiments/privae/privae14_anatomy.py DATA_DIR RUN_DIR...
 
 For each run, on the same 2,000 seeded test images as its evaluation (`evaluate_vae`): the share of
 the latent variance carried by the posterior means, Var(mean) / (Var(mean) + E[posterior var]);

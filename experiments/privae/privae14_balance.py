@@ -1,6 +1,6 @@
 """Balance of PriVAE's two gradient terms before clipping, on a trained (non-private) VAE.
 
-    python scripts/privae14_balance.py RUN_DIR DATA_DIR [C1 C2]
+    python experiments/privae/privae14_balance.py RUN_DIR DATA_DIR [C1 C2]
 
 Prints (JSON) the unclipped gradient norms of the sample-wise term phi(x_i) = rec + kld (per
 example, 32 training images) and of the batch-wise term alpha * MMD over a partition of 16 (as

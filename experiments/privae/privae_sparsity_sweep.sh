@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fashion-MNIST sparsity sweep (term-wise paper, Fig. 1). Runs every flag file at each epsilon
 # and seed; results land in $OUT/<config>-eps<e>-seed<s>/results.json.
-#   EPOCHS=10 SEEDS="0 1" EPSILONS="1 3 10" OUT=runs/fmnist bash scripts/privae_sparsity_sweep.sh
+#   EPOCHS=10 SEEDS="0 1" EPSILONS="1 3 10" OUT=runs/fmnist bash experiments/privae/privae_sparsity_sweep.sh
 set -u
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-10}; SEEDS=${SEEDS:-"0 1"}; EPSILONS=${EPSILONS:-"1 3 10"}

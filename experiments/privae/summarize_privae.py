@@ -1,6 +1,6 @@
 """Tables and plots of a PriVAE sweep: mean ± std over seeds of the metrics against epsilon.
 
-    python scripts/summarize_privae.py RUNS_DIR OUT_PREFIX [pinwheel | hoyer]
+    python experiments/privae/summarize_privae.py RUNS_DIR OUT_PREFIX [pinwheel | hoyer]
 reads RUNS_DIR/<config>-eps<e>-seed<s>/results.json and writes OUT_PREFIX.md (a markdown
 table) and OUT_PREFIX.png (sparsity, log-likelihood and MMD against epsilon). `pinwheel` switches to
 the clustering metrics and lists purity run by run; `hoyer` lists the Hoyer sparsity run by run.

@@ -4,13 +4,13 @@ The previous draw (TensorFlow's normal kernel once per variable, the engine befo
 is traced into a second copy of each private model; sections as in bench/throughput.py; prints and
 records the per-round speed-up of the current draw.
 
-    ROUNDS=15 python bench/noise_before_after.py bench/noise_before_after.json
+    ROUNDS=15 python experiments/throughput/noise_before_after.py experiments/throughput/runs.jsonl: noise_before_after
 """
 import json
 import os
 import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 import numpy as np
 import tensorflow as tf
 from absl import app
@@ -76,7 +76,7 @@ def main(argv):
     for sec in out:
         T.record_speedups(sec, " (previous noise)", "speedup_over_previous_noise")
     with open(argv[1], "w") as f:
-        json.dump({"command": "python bench/noise_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
+        json.dump({"command": "python experiments/throughput/noise_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
 
 
 app.run(main)

@@ -6,7 +6,7 @@ into a second copy of the private critic (the rule's context replaced by a no-op
 both are timed round-robin with the non-private critic in one process, as in bench/throughput.py;
 prints and records the per-round speed-up of the current step, per batch size.
 
-    ROUNDS=9 BATCH_SIZES=64,256,512 python bench/pfor_before_after.py bench/pfor_before_after.json
+    ROUNDS=9 BATCH_SIZES=64,256,512 python experiments/throughput/pfor_before_after.py experiments/throughput/runs.jsonl: pfor_before_after
 """
 import contextlib
 import json
@@ -14,7 +14,7 @@ import os
 import sys
 from unittest import mock
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 import tensorflow as tf
 from absl import app
 from bench import throughput as T
@@ -39,7 +39,7 @@ def main(argv):
         del configs
         tf.keras.backend.clear_session()
     with open(argv[1], "w") as f:
-        json.dump({"command": "python bench/pfor_before_after.py " + " ".join(argv[1:]),
+        json.dump({"command": "python experiments/throughput/pfor_before_after.py " + " ".join(argv[1:]),
                    "environment": {k: os.environ[k] for k in ("ROUNDS", "BATCH_SIZES") if k in os.environ},
                    "sections": out}, f, indent=1)
 

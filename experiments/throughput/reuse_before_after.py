@@ -6,14 +6,14 @@ over the rows for the clipped sum. The previous behaviour is traced into a secon
 private model (`FastPass._instantiated_sum` returning None at trace time); sections as in
 bench/throughput.py; prints and records the per-round speed-up of the current step.
 
-    ROUNDS=15 python bench/reuse_before_after.py bench/reuse_before_after.json
+    ROUNDS=15 python experiments/throughput/reuse_before_after.py experiments/throughput/runs.jsonl: reuse_before_after
 """
 import json
 import os
 import sys
 from unittest import mock
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 import numpy as np
 import tensorflow as tf
 from absl import app
@@ -60,7 +60,7 @@ def main(argv):
     for sec in out:
         T.record_speedups(sec, " (previous)", "speedup_over_previous")
     with open(argv[1], "w") as f:
-        json.dump({"command": "python bench/reuse_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
+        json.dump({"command": "python experiments/throughput/reuse_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
 
 
 app.run(main)

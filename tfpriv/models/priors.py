@@ -80,7 +80,7 @@ class SparseMixture(Prior):
 
     `sigma0_sq` is the spike's VARIANCE. The term-wise paper writes sigma0^2 = 0.05 (the default);
     Mathieu et al.'s code (`Sparse`, `alpha = 0.05` passed to `Normal` as its scale) uses 0.05 as
-    the spike's standard deviation, i.e. sigma0_sq = 0.0025 (docs/results/privae.md).
+    the spike's standard deviation, i.e. sigma0_sq = 0.0025 (experiments/privae/README.md).
     """
 
     name = "sparse"
