@@ -2,9 +2,12 @@
 
     python experiments/accounting/pld_savings.py experiments > experiments/accounting/pld_savings.json
 
-Reads each results.json-like file under the folder that records a private run (sampling_rate,
-effective_noise_multiplier, steps, delta), recomputes its epsilon with both accountants and
-prints JSON rows sorted by file.
+Reads each results.json-like record under the folder that records a private run (sampling_rate,
+effective_noise_multiplier, steps, delta): JSON files, and the records on each line of a study's
+runs.jsonl (named "<runs.jsonl>: <run key>"); recomputes its epsilon with both accountants and
+prints JSON rows sorted by file. The committed pld_savings.json predates the aggregation into
+runs.jsonl: its docs/results/<study>/<key>.json files are the lines <key> of experiments/<study>/runs.jsonl
+(docs/results/privae/<key> of experiments/privae/runs.jsonl).
 """
 import glob
 import json
@@ -14,13 +17,24 @@ import sys
 from tfpriv.privacy.accounting import epsilon_for
 
 
-def rows(folder: str):
+def records(folder: str):
+    """(name, record) for every JSON file and every record on a runs.jsonl line under `folder`."""
     for path in sorted(glob.glob(os.path.join(folder, "**", "*.json"), recursive=True)):
         try:
             with open(path) as f:
-                record = json.load(f)
+                yield path, json.load(f)
         except (OSError, ValueError):
             continue
+    for path in sorted(glob.glob(os.path.join(folder, "**", "runs.jsonl"), recursive=True)):
+        with open(path) as f:
+            for line in map(json.loads, f):
+                for field in ("record", "results"):
+                    if field in line:
+                        yield f"{path}: {line['run']}", line[field]
+
+
+def rows(folder: str):
+    for path, record in sorted(records(folder), key=lambda item: item[0]):
         if not isinstance(record, dict):
             continue
         privacy = record.get("privacy") if isinstance(record.get("privacy"), dict) else record

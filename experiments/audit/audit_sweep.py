@@ -89,7 +89,7 @@ def canaries(out: str) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join("docs", "results", "audit"))
+    parser.add_argument("--out", default=os.path.join("experiments", "audit"))
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)

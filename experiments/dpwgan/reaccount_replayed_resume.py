@@ -7,8 +7,10 @@ with noise multiplier z/sqrt(2) (two releases of the same subsample, each of sen
 other steps are ordinary. Prints and writes JSON with epsilon for the resume point read from the
 run's progress.json (the last segment's train_seconds), and for every epoch boundary.
 
-  python experiments/dpwgan/reaccount_replayed_resume.py experiments/dpwgan/runs.jsonl: main_c32_b256_z05_ema_results \
-      experiments/dpwgan/runs.jsonl: main_ema_progress experiments/dpwgan/runs.jsonl: main_ema_reaccounting
+  A="python experiments/tools/aggregate.py show experiments/dpwgan/runs.jsonl"
+  $A main_c32_b256_z05_ema_results record > results.json; $A main_ema_progress record > progress.json
+  python experiments/dpwgan/reaccount_replayed_resume.py results.json progress.json reaccounting.json
+(its committed output is the line main_ema_reaccounting of experiments/dpwgan/runs.jsonl)
 """
 import json
 import math

@@ -4,7 +4,7 @@ The previous draw (TensorFlow's normal kernel once per variable, the engine befo
 is traced into a second copy of each private model; sections as in bench/throughput.py; prints and
 records the per-round speed-up of the current draw.
 
-    ROUNDS=15 python experiments/throughput/noise_before_after.py experiments/throughput/runs.jsonl: noise_before_after
+    ROUNDS=15 python experiments/throughput/noise_before_after.py noise_before_after.json   # committed: line noise_before_after of runs.jsonl
 """
 import json
 import os

@@ -6,7 +6,7 @@ over the rows for the clipped sum. The previous behaviour is traced into a secon
 private model (`FastPass._instantiated_sum` returning None at trace time); sections as in
 bench/throughput.py; prints and records the per-round speed-up of the current step.
 
-    ROUNDS=15 python experiments/throughput/reuse_before_after.py experiments/throughput/runs.jsonl: reuse_before_after
+    ROUNDS=15 python experiments/throughput/reuse_before_after.py reuse_before_after.json   # committed: line reuse_before_after of runs.jsonl
 """
 import json
 import os
