@@ -1,7 +1,7 @@
 """One JSONL per study instead of one file per run: every run's records, whole, on one line.
 
     python experiments/tools/aggregate.py OUT.jsonl ROOT PATH [PATH ...]   # PATHs relative to ROOT
-    python experiments/tools/aggregate.py show RUNS.jsonl KEY               # one run's line, indented
+    python experiments/tools/aggregate.py show RUNS.jsonl KEY [FIELD]       # one run's line (or one record)
 
 Each PATH is a JSON file, a JSONL file or a folder searched recursively for both. The run key
 (`run` on each line) is the file's path relative to ROOT without `.json`, except:
@@ -10,7 +10,9 @@ Each PATH is a JSON file, a JSONL file or a folder searched recursively for both
   * each line of a JSONL file is one run, keyed `<file without .jsonl>/<basename of its "run"
     field>` (or its line number when it has none).
 A plain JSON file is stored whole under `record`. Nothing is summarised or rounded: every number
-a study README cites from a run can be read back from its line with `show`. Lines are sorted by key.
+a study README cites from a run can be read back from its line with `show`; `show ... KEY record`
+(or `results`, `progress`, ...) prints that record alone, as the original file held it, for the
+scripts that read a run's files. Lines are sorted by key.
 Plain Python on purpose: no TensorFlow, so it runs anywhere.
 """
 from __future__ import annotations
@@ -81,8 +83,11 @@ def show(runs_file: str, key: str) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 3 and argv[0] == "show":
-        print(json.dumps(show(argv[1], argv[2]), indent=1, sort_keys=True))
+    if argv[:1] == ["show"] and len(argv) in (3, 4):
+        line = show(argv[1], argv[2])
+        if len(argv) == 4 and argv[3] not in line:
+            raise SystemExit(f"aggregate: run {argv[2]!r} has no {argv[3]!r}; it has {sorted(line)}")
+        print(json.dumps(line[argv[3]] if len(argv) == 4 else line, indent=1, sort_keys=True))
     elif len(argv) >= 3:
         runs = collect(argv[1], argv[2:])
         write(argv[0], runs)

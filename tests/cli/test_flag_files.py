@@ -1,7 +1,8 @@
-"""Every flag file shipped in flags/ parses and passes the job's flag checks (no training run).
+"""Every flag file shipped in flags/ or in a study's experiments/<study>/flags/ parses and passes
+the job's flag checks (no training run).
 
-The docs quote these files as the commands of their results; a flag renamed or a check tightened
-must not leave one of them failing with exit code 2 for a user.
+The docs and the study READMEs quote these files as the commands of their results; a flag renamed
+or a check tightened must not leave one of them failing with exit code 2 for a user.
 """
 import pytest
 from absl.testing import flagsaver
@@ -9,14 +10,16 @@ from absl.testing import flagsaver
 from tests.conftest import REPO_ROOT
 from tfpriv.cli import main as cli_main
 
-FLAG_FILES = sorted((REPO_ROOT / "flags").glob("*.cfg"))
+PRODUCT_FLAG_FILES = sorted((REPO_ROOT / "flags").glob("*.cfg"))
+STUDY_FLAG_FILES = sorted((REPO_ROOT / "experiments").glob("*/flags/*.cfg"))
+FLAG_FILES = PRODUCT_FLAG_FILES + STUDY_FLAG_FILES
 
 
-def test_the_flags_folder_is_found():
-    assert len(FLAG_FILES) >= 20
+def test_both_flag_folders_are_found():
+    assert len(PRODUCT_FLAG_FILES) >= 20 and len(STUDY_FLAG_FILES) >= 12
 
 
-@pytest.mark.parametrize("flag_file", FLAG_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("flag_file", FLAG_FILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_a_shipped_flag_file_passes_the_flag_checks(flag_file, data_dir, tmp_path):
     argv = ["train.py", f"--flagfile={flag_file}", f"--data_dir={data_dir}", f"--output_dir={tmp_path / 'run'}"]
     with flagsaver.flagsaver():
