@@ -4,7 +4,7 @@
 # Run it with the project's venv active:
 #   . .venv/bin/activate; QUEUE=experiments/privae/privae14_queue.txt OUT=/work/runs/fidelity nohup nice -n 5 bash experiments/privae/privae14_queue.sh &
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root
 QUEUE=${QUEUE:-experiments/privae/privae14_queue.txt}; OUT=${OUT:-/work/runs/fidelity}; DATA=${DATA:-/work/shared/data}
 while IFS='|' read -r name args; do
   case "$name" in ''|\#*) continue;; esac

@@ -3,7 +3,7 @@
 # and seed; results land in $OUT/<config>-eps<e>-seed<s>/results.json.
 #   EPOCHS=10 SEEDS="0 1" EPSILONS="1 3 10" OUT=runs/fmnist bash experiments/privae/privae_sparsity_sweep.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root
 EPOCHS=${EPOCHS:-10}; SEEDS=${SEEDS:-"0 1"}; EPSILONS=${EPSILONS:-"1 3 10"}
 OUT=${OUT:-runs/fmnist}; DATA=${DATA:-../shared/data}; CONFIGS=${CONFIGS:-"privae privae_mmd micro_mmd batch_mmd vae vae_mmd"}
 EXTRA=${EXTRA:-}
