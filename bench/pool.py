@@ -6,8 +6,8 @@ between runs; for each row it prints the pooled median [IQR], each run's own med
 every run's median lies inside the pooled IQR. `--only_last=section,...` takes those sections
 from the last record alone (for sections whose code changed between the runs).
 
-    python bench/pool.py experiments/throughput/results_692b16e_a.json experiments/throughput/results_692b16e_b.json experiments/throughput/results.json \
-        --only_last=wgan_critic
+    R=experiments/throughput
+    python bench/pool.py $R/results_692b16e_a.json $R/results_692b16e_b.json $R/results.json --only_last=wgan_critic
 """
 from __future__ import annotations
 

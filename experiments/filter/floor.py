@@ -8,7 +8,8 @@ one, so four symbols (one per decision pair) suffice and the floor is a linear p
 minimise sum_z max_y P(private = y, z) over P(digit, z) with the digit's marginal fixed and the
 utility / non-target accuracies (with symbol z's fixed decisions) at least the targets.
 
-    python experiments/filter/floor.py /work/shared/data > floor.json   # the line mnist_case2_floor/floor of experiments/filter/runs.jsonl
+    python experiments/filter/floor.py /work/shared/data > floor.json
+(committed: the line mnist_case2_floor/floor of experiments/filter/runs.jsonl)
 """
 import gzip
 import json

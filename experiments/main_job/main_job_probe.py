@@ -6,9 +6,10 @@ bundled copy when --data_dir is unset or holds no mnist/), `build_architecture("
 and `image_grid`. Prints one JSON record (settings, epsilon, wall times, load averages, test
 metrics, optional sample scores) and writes it with the figures to --output_dir:
 
-    python experiments/main_job/main_job_probe.py --output_dir=/tmp/probe/private                     # the default: eps = 8
-    python experiments/main_job/main_job_probe.py --output_dir=/tmp/probe/none --aggregation=none    # non-private reference
-    python experiments/main_job/main_job_probe.py --output_dir=/tmp/probe/termwise --aggregation=termwise \
+    P=experiments/main_job/main_job_probe.py
+    python $P --output_dir=/tmp/probe/private                     # the default: eps = 8
+    python $P --output_dir=/tmp/probe/none --aggregation=none    # non-private reference
+    python $P --output_dir=/tmp/probe/termwise --aggregation=termwise \
         --regularizer=mmd --batch_clip=0.02 --num_partitions=100 --latent_dim=16 --epochs=30
 
 `--score_samples` also rates 10,000 decoded prior samples with the project's MNIST evaluation

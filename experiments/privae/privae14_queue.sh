@@ -2,7 +2,8 @@
 # Issue #14 sparsity runs (reference settings): runs each "name|flags" line of $QUEUE in order,
 # one at a time, into $OUT/<name>/; a finished run (results.json) is skipped, an interrupted one resumes.
 # Run it with the project's venv active:
-#   . .venv/bin/activate; QUEUE=experiments/privae/privae14_queue.txt OUT=/work/runs/fidelity nohup nice -n 5 bash experiments/privae/privae14_queue.sh &
+#   . .venv/bin/activate; Q=experiments/privae/privae14_queue
+#   QUEUE=$Q.txt OUT=/work/runs/fidelity nohup nice -n 5 bash $Q.sh &
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 QUEUE=${QUEUE:-experiments/privae/privae14_queue.txt}; OUT=${OUT:-/work/runs/fidelity}; DATA=${DATA:-/work/shared/data}

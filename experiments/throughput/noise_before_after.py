@@ -4,7 +4,8 @@ The previous draw (TensorFlow's normal kernel once per variable, the engine befo
 is traced into a second copy of each private model; sections as in bench/throughput.py; prints and
 records the per-round speed-up of the current draw.
 
-    ROUNDS=15 python experiments/throughput/noise_before_after.py noise_before_after.json   # committed: line noise_before_after of runs.jsonl
+    ROUNDS=15 python experiments/throughput/noise_before_after.py noise_before_after.json
+(committed: the line noise_before_after of experiments/throughput/runs.jsonl)
 """
 import json
 import os
@@ -76,7 +77,8 @@ def main(argv):
     for sec in out:
         T.record_speedups(sec, " (previous noise)", "speedup_over_previous_noise")
     with open(argv[1], "w") as f:
-        json.dump({"command": "python experiments/throughput/noise_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
+        command = "python experiments/throughput/noise_before_after.py " + " ".join(argv[1:])
+        json.dump({"command": command, "sections": out}, f, indent=1)
 
 
 app.run(main)

@@ -6,7 +6,8 @@ into a second copy of the private critic (the rule's context replaced by a no-op
 both are timed round-robin with the non-private critic in one process, as in bench/throughput.py;
 prints and records the per-round speed-up of the current step, per batch size.
 
-    ROUNDS=9 BATCH_SIZES=64,256,512 python experiments/throughput/pfor_before_after.py pfor_before_after.json   # committed: line pfor_before_after of runs.jsonl
+    ROUNDS=9 BATCH_SIZES=64,256,512 python experiments/throughput/pfor_before_after.py pfor_before_after.json
+(committed: the line pfor_before_after of experiments/throughput/runs.jsonl)
 """
 import contextlib
 import json

@@ -6,7 +6,8 @@ over the rows for the clipped sum. The previous behaviour is traced into a secon
 private model (`FastPass._instantiated_sum` returning None at trace time); sections as in
 bench/throughput.py; prints and records the per-round speed-up of the current step.
 
-    ROUNDS=15 python experiments/throughput/reuse_before_after.py reuse_before_after.json   # committed: line reuse_before_after of runs.jsonl
+    ROUNDS=15 python experiments/throughput/reuse_before_after.py reuse_before_after.json
+(committed: the line reuse_before_after of experiments/throughput/runs.jsonl)
 """
 import json
 import os
@@ -60,7 +61,8 @@ def main(argv):
     for sec in out:
         T.record_speedups(sec, " (previous)", "speedup_over_previous")
     with open(argv[1], "w") as f:
-        json.dump({"command": "python experiments/throughput/reuse_before_after.py " + " ".join(argv[1:]), "sections": out}, f, indent=1)
+        command = "python experiments/throughput/reuse_before_after.py " + " ".join(argv[1:])
+        json.dump({"command": command, "sections": out}, f, indent=1)
 
 
 app.run(main)
