@@ -6,6 +6,7 @@ bad tuning flags are one line on stderr, exit code 2 and no output folder.
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -107,6 +108,15 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
 def test_bad_tuning_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     out = tmp_path / "tune"
     assert_one_line_error(train_py(f"--output_dir={out}", *TINY, *args, capsys=capsys), flag, out)
+
+
+def test_a_cap_that_does_not_fit_says_which_caps_and_means_do(tmp_path, capsys):
+    """--max_trials=3 with the default geometric K (mean 5): refused in one line that gives the fix."""
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(f"--output_dir={out}", *TINY, "--tune", "--max_trials=3",
+                                          f"--search_space={SPACE}", capsys=capsys), "--max_trials", out)
+    fix = re.search(r"P\(K > 3\) = 0\.512 .*; use --max_trials=(\d+) or --mean_trials=([\d.]+)$", line)
+    assert fix and 50 < int(fix.group(1)) < 100 and 1 <= float(fix.group(2)) < 1.1, line
 
 
 def test_a_cap_that_fits_in_delta_is_accounted(tmp_path, capsys):

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from typing import Mapping
 
 import dp_accounting
@@ -128,16 +129,22 @@ def trial_count(flag_values: flags.FlagValues) -> TrialCount:
 
 
 _PARAM_FLAGS = {"space": "search_space", "tuner": "tuner", "max_trials": "max_trials", "mean": "mean_trials",
-                "shape": "trial_count_shape", "distribution": "trial_count", "direction": "objective"}
+                "shape": "trial_count_shape", "distribution": "trial_count", "direction": "objective",
+                "objective": "objective"}
+_PARAM_VALUE = re.compile(r"\b(" + "|".join(_PARAM_FLAGS) + r")=")
 
 
 def _as_flag(exc: ConfigError) -> str:
-    """A tuning library error as a flag error (`space.x: ...` -> `--search_space: space.x: ...`)."""
+    """A tuning library error as a flag error (`space.x: ...` -> `--search_space: space.x: ...`;
+    `max_trials: ...; use max_trials=68 or mean=1.01` -> `--max_trials: ...; use --max_trials=68 or --mean_trials=1.01`)."""
     message = str(exc).strip().splitlines()[0]
     if message.startswith("space"):
         return f"--search_space: {message}"
     flag = _PARAM_FLAGS.get(exc.param or "")
-    return f"--{flag}{message[len(exc.param):]}" if flag else message
+    if not flag:
+        return message
+    rest = _PARAM_VALUE.sub(lambda m: f"--{_PARAM_FLAGS[m.group(1)]}=", message[len(exc.param):])
+    return f"--{flag}{rest}"
 
 
 class TrialPlanner:
