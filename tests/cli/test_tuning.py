@@ -22,6 +22,7 @@ from tests.conftest import REPO_ROOT
 from tfpriv.cli import privae_job
 from tfpriv.cli.job import read_settings
 from tfpriv.cli.tuning import TrialPlanner
+from tfpriv.gan import cli as gan_cli
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
 from tfpriv.data.sampling import sampling_rate_and_steps
@@ -132,28 +133,45 @@ def test_a_cap_that_fits_in_delta_is_accounted(tmp_path, capsys):
     assert privacy["trials_run"] == 0 and privacy["epsilon"] > privacy["epsilon_one_trial"]
 
 
-@pytest.mark.parametrize("model,args,objective", [
-    ("dpgan", ["--epochs=1"], "inception_score"),
-    ("filter", ["--vae_epochs=1", "--aggregation=micro", "--noise_multiplier=1.0",
-                '--search_space={"vae_batch_size": {"type": "choice", "values": [64, 128]}}'], "utility_minus_private"),
-])
-def test_every_family_plans_a_tuning_job(tmp_path, capsys, model, args, objective):
-    """The GAN and filter jobs with their default spaces and objectives (PriVAE: above); K = 0 is
-    drawn for seed 3 (Poisson, mean 1), so only the plans are made: the job's epsilon is still the
-    bound for E[K] = 1 over the space's batch sizes on MNIST's 60000 training examples."""
+def test_the_gan_plans_a_tuning_job(tmp_path, capsys):
+    """The GAN job with its default space and objective (PriVAE: above); K = 0 is drawn for seed 3
+    (Poisson, mean 1), so only the plans are made: the job's epsilon is still the bound for E[K] = 1
+    over the space's batch sizes on MNIST's 60000 training examples."""
     out = tmp_path / "tune"
-    proc = train_py(f"--output_dir={out}", f"--model={model}", "--tune", "--trial_count=poisson", "--mean_trials=1",
-                    "--seed=3", "--verbose=0", *args, capsys=capsys)
+    proc = train_py(f"--output_dir={out}", "--model=dpgan", "--tune", "--trial_count=poisson", "--mean_trials=1",
+                    "--seed=3", "--verbose=0", "--epochs=1", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "tuning.json").read_text())
-    assert record["trials_drawn"] == 0 and record["trials"] == [] and record["best"] is None
-    assert record["objective"]["name"] == objective
+    assert record["best"] is None and record["objective"]["name"] == "inception_score"
+    assert record["objective"]["reads"] == "test"
     events = [training_event([(q, 1.0, steps)]) for q, steps in
               (sampling_rate_and_steps(60000, b, "poisson") for b in (64, 128))]
     count = TrialCount("poisson", 1.0)
     assert record["privacy"]["epsilon"] == pytest.approx(max(job_epsilon(e, count, 1e-5) for e in events), rel=1e-6)
-    if model == "filter":
-        assert "stage-1 VAE" in record["privacy"]["scope"]
+
+
+def test_the_gan_chooses_among_trials_by_scores_of_the_test_split_only(tmp_path):
+    """IS, FD and label agreement from the evaluation classifier fitted on the test split (every trial
+    computes them: --public_scores), downstream accuracy tested on the test split; never the default
+    classifier, which is fitted on the GAN's private training images."""
+    with flagsaver.flagsaver():
+        FLAGS(["train.py", "--model=dpgan"])
+        planner = TrialPlanner(gan_cli.JOB, "dpgan", FLAGS, read_settings(gan_cli.JOB, FLAGS, model="dpgan"),
+                               str(tmp_path))
+        assert planner.settings({}).public_scores
+    for objective in gan_cli.TUNING.objectives:
+        assert objective.reads == "test"
+        assert all(metric.endswith("_public") or metric == "downstream_accuracy" for metric in objective.terms)
+
+
+def test_the_filter_cannot_choose_among_private_trials(tmp_path, capsys):
+    """The filter's objectives come from classifiers fitted on training codes (through a filter fitted
+    without privacy): with a private stage 1 they are refused in one line, before any output."""
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(
+        f"--output_dir={out}", "--model=filter", "--tune", "--vae_epochs=1", "--aggregation=micro",
+        "--noise_multiplier=1.0", "--verbose=0", capsys=capsys), "--objective", out)
+    assert "utility_minus_private reads private data" in line and "--model=filter has none" in line
 
 
 def free_loopback_port() -> int:

@@ -18,7 +18,7 @@ import json
 import math
 import os
 import re
-from typing import Mapping
+from typing import Any, Mapping
 
 import dp_accounting
 from absl import flags
@@ -57,13 +57,16 @@ NOT_TUNABLE = ("dataset", "data_dir", "seed", "verbose", "delta", "accountant", 
 
 @dataclasses.dataclass(frozen=True)
 class FamilyTuning:
-    """A family's tuning defaults: its search space, its objectives (the first is the default) and the
-    hyperparameters that never change a trial's privacy event (may be ranges)."""
+    """A family's tuning defaults: its search space, its objectives (the first is the default; each
+    declares the data it reads, `Objective.reads`), the hyperparameters that never change a trial's
+    privacy event (may be ranges) and the settings every trial runs with (e.g. the metrics its
+    objectives read)."""
 
     space: Mapping[str, Mapping]
     objectives: tuple[Objective, ...]
     neutral: tuple[str, ...] = NEUTRAL_KEYS
     scope: str | None = None  # what a trial's epsilon covers, when the family's record says more than "the run"
+    trial_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def objective(self, name: str | None) -> Objective:
         if name is None:
@@ -159,7 +162,7 @@ class TrialPlanner:
         extra = {}
         if self.base.seed is not None and trial_dir is not None:  # distinct, reproducible streams per trial
             extra["seed"] = (self.base.seed * 1_000_003 + int(os.path.basename(trial_dir)) + 1) % 2 ** 31
-        return read_settings(self.job, self.flags, model=self.model, **values, **extra)
+        return read_settings(self.job, self.flags, model=self.model, **values, **self.job.tuning.trial_settings, **extra)
 
     def run_trial(self, values: dict, trial_dir: str) -> dict:
         return self.job.run(self.settings(values, trial_dir), trial_dir)
@@ -216,7 +219,7 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
     space = read_space(family.space, flag_values.search_space)
     fields = set(job.fields())
     for name in space:
-        if name not in fields or name in NOT_TUNABLE or name in CONTROL_FLAGS:
+        if name not in fields or name in NOT_TUNABLE or name in CONTROL_FLAGS or name in family.trial_settings:
             why = "defines the job, not a trial" if name in fields else f"is not a flag of --model={settings.model}"
             raise UsageError(f"--search_space: {name} {why}")
     planner = TrialPlanner(job, settings.model, flag_values, settings, output_dir)
@@ -241,6 +244,12 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
             where = f"with {json.dumps(config)}: " if config else ""
             raise UsageError(f"--search_space: {where}{flag_message(exc, job)}") from None
     tuning.delta = planner.delta
+    try:
+        tuning.check_objective()
+    except ConfigError as exc:
+        usable = [o.name for o in family.objectives if o.reads != "private"]
+        raise UsageError(_as_flag(exc) + (f" (--objective={' or '.join(usable)})" if usable else
+                                          f" (--model={settings.model} has none: tune non-private trials)")) from None
     try:
         tuning.privacy(1)  # a cap that does not fit in delta is refused now
     except ConfigError as exc:

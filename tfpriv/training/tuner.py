@@ -60,17 +60,27 @@ TrialFn = Callable[[dict, str], dict]
 EventFn = Callable[[dict], dp_accounting.DpEvent]
 
 
+# Where an objective's metrics are computed from: the test split, or data declared public (outside
+# the training set) may choose among private trials; "private" (fitted or measured on the training
+# data, or undeclared) only among non-private ones.
+READS = ("test", "public", "private")
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
-    """What the tuner optimises: a weighted sum of metrics of the run's results.json."""
+    """What the tuner optimises: a weighted sum of metrics of the run's results.json, and the data
+    those metrics read (`reads`, one of `READS`; undeclared is "private")."""
 
     name: str
     direction: str = "max"
     weights: Mapping[str, float] | None = None  # metric -> weight; default {name: 1}
+    reads: str = "private"
 
     def __post_init__(self):
         if self.direction not in ("min", "max"):
             raise ConfigError(f"direction: must be min or max, got {self.direction!r}")
+        if self.reads not in READS:
+            raise ConfigError(f"objective: {self.name}: reads must be one of {', '.join(READS)}, got {self.reads!r}")
 
     @property
     def terms(self) -> Mapping[str, float]:
@@ -196,6 +206,14 @@ class TuningJob:
                 raise ConfigError(f"space.{self.budget_key}: hyperband needs the epoch budget as a choice of "
                                   "positive integers (the largest is its max_epochs)")
 
+    def check_objective(self) -> None:
+        """Refuses to choose among private trials by an objective that reads private data: the choice
+        would release that data outside the job's epsilon (non-private trials have no epsilon to keep)."""
+        if self.objective.reads == "private" and np.all(np.isfinite(self.worst_trial_rdp)):
+            raise ConfigError(f"objective: {self.objective.name} reads private data (reads='private'): choosing "
+                              "among private trials by it is not covered by the job's epsilon; use an objective "
+                              "computed on the test split or on public data")
+
     @functools.cached_property
     def worst_trial_rdp(self) -> np.ndarray:
         """RDP curve bounding one trial: the order-wise worst over the space's privacy configurations."""
@@ -273,6 +291,8 @@ class TuningJob:
         process writes `tuning.json` (trials, best configuration, the job's privacy) and returns it;
         a worker returns the trials it ran."""
         worker = dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
+        if not worker:  # the chief (or a single process) accounts the job and refuses before any output
+            self.check_objective()
         os.makedirs(output_dir, exist_ok=True)
         k = None if worker else self.draw_trials(output_dir)
         job = self
