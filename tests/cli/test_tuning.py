@@ -1,4 +1,4 @@
-"""`train.py --tune`: a tuning job whose trials are normal runs; tuning.json and the job's epsilon.
+"""`train.py --tune`: a tuning job whose trials are normal runs; what it releases and the job's epsilon.
 
 The job's epsilon is checked against an independent computation (Papernot & Steinke's bound,
 via dp_accounting, for the worst of the space's batch sizes; naive composition of the trials);
@@ -56,7 +56,7 @@ def trial_results(record: dict, out) -> list[dict]:
     results = []
     for trial in record["trials"]:
         assert trial["status"] == "COMPLETED" and trial["values"]["batch_size"] in (100, 200)
-        assert os.path.dirname(trial["results"]) == str(out / "trials" / trial["trial_id"])
+        assert os.path.dirname(trial["results"]) == str(out / "private" / "trials" / trial["trial_id"])
         results.append(json.loads(open(trial["results"]).read()))
         assert results[-1]["batch_size"] == trial["values"]["batch_size"]
         assert trial["objective"] == pytest.approx(results[-1]["metrics"][record["objective"]["name"]])
@@ -71,13 +71,16 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
                     "--mean_trials=2", f"--search_space={SPACE}", "--objective=reconstruction_error",
                     f"--seed={seed}", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    record = json.loads((out / "tuning.json").read_text())
+    record = json.loads((out / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == k == len(record["trials"]) == 1
-    assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == k  # stored before the trials
+    assert json.loads((out / "private" / "tuning_plan.json").read_text())["trials_drawn"] == k  # before the trials
     results = trial_results(record, out)
     assert record["best"]["trial_id"] == record["trials"][0]["trial_id"]
     check_job_epsilon(record, results, count)
+    released = json.loads((out / "tuning.json").read_text())
+    assert released["best"]["values"] == record["best"]["values"] and (out / "best" / "results.json").is_file()
     assert f"epsilon of the whole job = {record['privacy']['epsilon']:.4g}" in proc.stdout
+    assert "trials (K =" not in proc.stdout and "naive composition" not in proc.stdout  # K stays private
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -126,7 +129,7 @@ def test_a_cap_that_fits_in_delta_is_accounted(tmp_path, capsys):
     proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--trial_count=poisson", "--mean_trials=1",
                     "--max_trials=12", f"--search_space={SPACE}", "--seed=3", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    privacy = json.loads((out / "tuning.json").read_text())["privacy"]
+    privacy = json.loads((out / "private" / "tuning.json").read_text())["privacy"]
     p = TrialCount("poisson", 1.0).tail(12)
     assert privacy["prob_trials_above_cap"] == pytest.approx(p)
     assert privacy["delta_uncapped_bound"] + (1 + np.exp(privacy["epsilon"])) * p <= privacy["delta"]
@@ -200,7 +203,7 @@ def test_distributed_tuning_one_chief_two_workers_on_loopback(tmp_path):
                 proc.kill()
     for name, proc in procs.items():
         assert proc.returncode == 0, (name, done[name][1][-3000:])
-    record = json.loads((out / "tuning.json").read_text())
+    record = json.loads((out / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == 2 and record["privacy"]["trials_run"] == 2
     ran = {t["trial_id"]: t["tuner_id"] for t in record["trials"]}
     assert sorted(ran.values()) == ["tuner0", "tuner1"]  # one trial each
@@ -244,6 +247,27 @@ def test_ctrl_c_keeps_the_trials_and_the_drawn_count(tmp_path, capsys, monkeypat
     proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--mean_trials=2", f"--search_space={SPACE}", "--seed=5",
                     capsys=capsys)
     assert proc.returncode == 130
-    assert proc.stderr.strip() == (f"interrupted: checkpoints are in {out / 'trials'}; run the same command again "
+    assert proc.stderr.strip() == (f"interrupted: checkpoints are in {out / 'private' / 'trials'}; run the same "
+                                   "command again "
                                    "(same --output_dir) to resume")
-    assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == 2
+    assert json.loads((out / "private" / "tuning_plan.json").read_text())["trials_drawn"] == 2
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_tuning_section_links_to_the_derivations_and_caps_k_within_delta(tmp_path, capsys):
+    """Its links into docs/privacy.md name existing sections, and its command's --max_trials is at
+    least the smallest cap that fits in delta (which a too-small cap's refusal names, planning only)."""
+    section = (REPO_ROOT / "README.md").read_text().split("### Tuning (`--tune`)")[1].split("\n#")[0]
+    headings = re.findall(r"^#+ (.+)$", (REPO_ROOT / "docs" / "privacy.md").read_text(), re.M)
+    anchors = re.findall(r"docs/privacy\.md#([\w-]+)", section)
+    assert anchors and set(anchors) <= {github_anchor(h) for h in headings}
+    command = re.search(r"^python train\.py (--tune .*--max_trials=(\d+).*)$", section, re.M)
+    args = [a for a in command.group(1).split() if not a.startswith(("--output_dir", "--max_trials"))]
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(*args, f"--output_dir={out}", "--max_trials=3", capsys=capsys),
+                                 "--max_trials", out)
+    assert int(command.group(2)) >= int(re.search(r"use --max_trials=(\d+)", line).group(1))

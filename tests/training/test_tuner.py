@@ -56,9 +56,9 @@ SPACE = {"learning_rate": {"type": "float", "min": 1e-3, "max": 1e-1, "log": Tru
 def test_random_search_runs_a_random_number_of_ordinary_runs_and_reports_the_jobs_epsilon(tmp_path):
     count = TrialCount("geometric", 3)
     job = TuningJob(_trial, _event, SPACE, objective=ACCURACY, trials=count, delta=1e-3, seed=2)
-    out = job.run(str(tmp_path))
-    record = json.loads((tmp_path / "tuning.json").read_text())
-    assert out["trials_drawn"] == count.sample(np.random.default_rng(2)) == len(record["trials"]) >= 1
+    job.run(str(tmp_path))
+    record = json.loads((tmp_path / "private" / "tuning.json").read_text())
+    assert record["trials_drawn"] == count.sample(np.random.default_rng(2)) == len(record["trials"]) >= 1
     for trial in record["trials"]:
         assert os.path.isfile(trial["results"])
     assert record["best"]["objective"] == max(t["objective"] for t in record["trials"])
@@ -107,12 +107,15 @@ def test_random_search_trials_are_independent_draws_repeats_included(tmp_path):
     count = TrialCount("geometric", 3)
     job = TuningJob(_scored, _event, space, objective=ACCURACY, trials=count, delta=1e-3, seed=1,
                     neutral=("learning_rate",))
-    record = job.run(str(tmp_path))
+    job.run(str(tmp_path))
+    record = json.loads((tmp_path / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == 3 == len(record["trials"])
     assert [t["values"]["learning_rate"] for t in record["trials"]] == [0.25] * 3
     ranged = TuningJob(_scored, _event, {"learning_rate": {"type": "float", "min": 0.5, "max": 0.75}},
                        objective=ACCURACY, trials=count, delta=1e-3, seed=1)
-    first = ranged.run(str(tmp_path / "ranged"))["trials"][0]["values"]["learning_rate"]
+    ranged.run(str(tmp_path / "ranged"))
+    trials = json.loads((tmp_path / "ranged" / "private" / "tuning.json").read_text())["trials"]
+    first = trials[0]["values"]["learning_rate"]
     assert first != 0.5  # drawn, not the range's default (its minimum)
 
 
@@ -143,3 +146,25 @@ def test_an_objective_that_reads_private_data_cannot_choose_among_private_trials
     assert public.run(str(tmp_path / "public"))["privacy"]["epsilon"] == float("inf")
     with pytest.raises(ConfigError, match="reads must be one of test, public, private"):
         Objective("accuracy", reads="validation")
+
+
+def test_random_search_releases_the_best_trial_alone(tmp_path):
+    """Papernot & Steinke bound the release of the best trial, not of K or the other trials: the
+    released tuning.json and best/ hold the best trial's values, score and run; the number of
+    trials, every trial and its score stay in private/."""
+    space = {"learning_rate": {"type": "float", "min": 0.1, "max": 0.9}}
+    job = TuningJob(_scored, _event, space, objective=ACCURACY, trials=TrialCount("geometric", 3), delta=1e-3, seed=1)
+    released = job.run(str(tmp_path))
+    private = json.loads((tmp_path / "private" / "tuning.json").read_text())
+    assert private["trials_drawn"] == 3 == len(private["trials"]) == private["privacy"]["trials_run"]
+    best = private["best"]
+    assert best["objective"] == max(t["objective"] for t in private["trials"])
+    assert json.loads((tmp_path / "tuning.json").read_text()) == released
+    assert released["best"] == {"values": best["values"], "objective": best["objective"], "run": "best"}
+    assert "trials" not in released and "trials_drawn" not in released
+    assert not {"trials_run", "epsilon_naive_composition"} & set(released["privacy"])
+    assert released["privacy"]["epsilon"] == private["privacy"]["epsilon"]
+    assert "private/" in released["private"] and "not covered by epsilon" in released["private"]
+    assert sorted(os.listdir(tmp_path)) == ["best", "private", "tuning.json"]
+    assert os.listdir(tmp_path / "best") == ["results.json"]  # the run, without its trial id
+    assert (tmp_path / "best" / "results.json").read_text() == open(best["results"]).read()

@@ -398,7 +398,8 @@ TUNING = FamilyTuning(
     # choose among trials with a non-private stage 1 (the job then has no epsilon).
     objectives=(Objective("utility_minus_private", "max", {"utility_accuracy": 1.0, "private_accuracy": -1.0},
                           reads="private"),
-                Objective("utility_accuracy", "max", reads="private"), Objective("private_accuracy", "min", reads="private")),
+                Objective("utility_accuracy", "max", reads="private"),
+                Objective("private_accuracy", "min", reads="private")),
     neutral=NEUTRAL_KEYS + ("vae_learning_rate", "filter_epochs", "budget", "divergence", "utility_weight",
                             "penalty_rho", "filter_type", "noise_dim", "filter_batch_size", "filter_learning_rate",
                             "filter_ema", "adversary_steps", "adversary_objective"),

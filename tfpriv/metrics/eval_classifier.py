@@ -51,7 +51,8 @@ def _check_split(split: str) -> None:
         raise UsageError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
-def load_images(dataset: str, data_dir: str, split: str = "train") -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def load_images(dataset: str, data_dir: str,
+                split: str = "train") -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_fit, y_fit, x_eval, y_eval) for a classifier fitted on `split`: the training and the test
     split, or ("test") the test split but its last TEST_HOLDOUT images and those. Images float32
     [n, 28, 28, 1] in [0, 1], checksums verified."""
