@@ -17,7 +17,8 @@ and writes its own results.json) and the best trial by the `Objective` is select
   (`tfpriv.privacy.tuning.capped_job_epsilon`).
 - `bayesian` and `hyperband` choose later trials from earlier trials' scores, which the theorem
   does not cover: the job is accounted as the composition of every trial started. Naive
-  composition is reported beside the bound for every job.
+  composition is recorded beside the bound for every job (for random search in the private
+  record only: it reveals the number of trials).
 
 Only the best trial is released (OUTPUT_DIR/best and OUTPUT_DIR/tuning.json: its values and
 score, the job's privacy): the theorem's output is that trial, not K nor the other trials, which
