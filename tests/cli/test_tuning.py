@@ -1,4 +1,4 @@
-"""`train.py --tune`: a tuning job whose trials are normal runs; tuning.json and the job's epsilon.
+"""`train.py --tune`: a tuning job whose trials are normal runs; what it releases and the job's epsilon.
 
 The job's epsilon is checked against an independent computation (Papernot & Steinke's bound,
 via dp_accounting, for the worst of the space's batch sizes; naive composition of the trials);
@@ -6,6 +6,7 @@ bad tuning flags are one line on stderr, exit code 2 and no output folder.
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tests.conftest import REPO_ROOT
 from tfpriv.cli import privae_job
 from tfpriv.cli.job import read_settings
 from tfpriv.cli.tuning import TrialPlanner
+from tfpriv.gan import cli as gan_cli
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
 from tfpriv.data.sampling import sampling_rate_and_steps
@@ -54,7 +56,7 @@ def trial_results(record: dict, out) -> list[dict]:
     results = []
     for trial in record["trials"]:
         assert trial["status"] == "COMPLETED" and trial["values"]["batch_size"] in (100, 200)
-        assert os.path.dirname(trial["results"]) == str(out / "trials" / trial["trial_id"])
+        assert os.path.dirname(trial["results"]) == str(out / "private" / "trials" / trial["trial_id"])
         results.append(json.loads(open(trial["results"]).read()))
         assert results[-1]["batch_size"] == trial["values"]["batch_size"]
         assert trial["objective"] == pytest.approx(results[-1]["metrics"][record["objective"]["name"]])
@@ -69,13 +71,16 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
                     "--mean_trials=2", f"--search_space={SPACE}", "--objective=reconstruction_error",
                     f"--seed={seed}", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    record = json.loads((out / "tuning.json").read_text())
+    record = json.loads((out / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == k == len(record["trials"]) == 1
-    assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == k  # stored before the trials
+    assert json.loads((out / "private" / "tuning_plan.json").read_text())["trials_drawn"] == k  # before the trials
     results = trial_results(record, out)
     assert record["best"]["trial_id"] == record["trials"][0]["trial_id"]
     check_job_epsilon(record, results, count)
+    released = json.loads((out / "tuning.json").read_text())
+    assert released["best"]["values"] == record["best"]["values"] and (out / "best" / "results.json").is_file()
     assert f"epsilon of the whole job = {record['privacy']['epsilon']:.4g}" in proc.stdout
+    assert "trials (K =" not in proc.stdout and "naive composition" not in proc.stdout  # K stays private
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -109,41 +114,67 @@ def test_bad_tuning_flags_are_one_line_exit_2(tmp_path, capsys, args, flag):
     assert_one_line_error(train_py(f"--output_dir={out}", *TINY, *args, capsys=capsys), flag, out)
 
 
+def test_a_cap_that_does_not_fit_says_which_caps_and_means_do(tmp_path, capsys):
+    """--max_trials=3 with the default geometric K (mean 5): refused in one line that gives the fix."""
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(f"--output_dir={out}", *TINY, "--tune", "--max_trials=3",
+                                          f"--search_space={SPACE}", capsys=capsys), "--max_trials", out)
+    fix = re.search(r"P\(K > 3\) = 0\.512 .*; use --max_trials=(\d+) or --mean_trials=([\d.]+)$", line)
+    assert fix and 50 < int(fix.group(1)) < 100 and 1 <= float(fix.group(2)) < 1.1, line
+
+
 def test_a_cap_that_fits_in_delta_is_accounted(tmp_path, capsys):
     """--max_trials with a Poisson K: the job's delta pays for P(K > cap); no trial is drawn for seed 3."""
     out = tmp_path / "tune"
     proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--trial_count=poisson", "--mean_trials=1",
                     "--max_trials=12", f"--search_space={SPACE}", "--seed=3", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    privacy = json.loads((out / "tuning.json").read_text())["privacy"]
+    privacy = json.loads((out / "private" / "tuning.json").read_text())["privacy"]
     p = TrialCount("poisson", 1.0).tail(12)
     assert privacy["prob_trials_above_cap"] == pytest.approx(p)
     assert privacy["delta_uncapped_bound"] + (1 + np.exp(privacy["epsilon"])) * p <= privacy["delta"]
     assert privacy["trials_run"] == 0 and privacy["epsilon"] > privacy["epsilon_one_trial"]
 
 
-@pytest.mark.parametrize("model,args,objective", [
-    ("dpgan", ["--epochs=1"], "inception_score"),
-    ("filter", ["--vae_epochs=1", "--aggregation=micro", "--noise_multiplier=1.0",
-                '--search_space={"vae_batch_size": {"type": "choice", "values": [64, 128]}}'], "utility_minus_private"),
-])
-def test_every_family_plans_a_tuning_job(tmp_path, capsys, model, args, objective):
-    """The GAN and filter jobs with their default spaces and objectives (PriVAE: above); K = 0 is
-    drawn for seed 3 (Poisson, mean 1), so only the plans are made: the job's epsilon is still the
-    bound for E[K] = 1 over the space's batch sizes on MNIST's 60000 training examples."""
+def test_the_gan_plans_a_tuning_job(tmp_path, capsys):
+    """The GAN job with its default space and objective (PriVAE: above); K = 0 is drawn for seed 3
+    (Poisson, mean 1), so only the plans are made: the job's epsilon is still the bound for E[K] = 1
+    over the space's batch sizes on MNIST's 60000 training examples."""
     out = tmp_path / "tune"
-    proc = train_py(f"--output_dir={out}", f"--model={model}", "--tune", "--trial_count=poisson", "--mean_trials=1",
-                    "--seed=3", "--verbose=0", *args, capsys=capsys)
+    proc = train_py(f"--output_dir={out}", "--model=dpgan", "--tune", "--trial_count=poisson", "--mean_trials=1",
+                    "--seed=3", "--verbose=0", "--epochs=1", capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "tuning.json").read_text())
-    assert record["trials_drawn"] == 0 and record["trials"] == [] and record["best"] is None
-    assert record["objective"]["name"] == objective
+    assert record["best"] is None and record["objective"]["name"] == "inception_score"
+    assert record["objective"]["reads"] == "test"
     events = [training_event([(q, 1.0, steps)]) for q, steps in
               (sampling_rate_and_steps(60000, b, "poisson") for b in (64, 128))]
     count = TrialCount("poisson", 1.0)
     assert record["privacy"]["epsilon"] == pytest.approx(max(job_epsilon(e, count, 1e-5) for e in events), rel=1e-6)
-    if model == "filter":
-        assert "stage-1 VAE" in record["privacy"]["scope"]
+
+
+def test_the_gan_chooses_among_trials_by_scores_of_the_test_split_only(tmp_path):
+    """IS, FD and label agreement from the evaluation classifier fitted on the test split (every trial
+    computes them: --public_scores), downstream accuracy tested on the test split; never the default
+    classifier, which is fitted on the GAN's private training images."""
+    with flagsaver.flagsaver():
+        FLAGS(["train.py", "--model=dpgan"])
+        planner = TrialPlanner(gan_cli.JOB, "dpgan", FLAGS, read_settings(gan_cli.JOB, FLAGS, model="dpgan"),
+                               str(tmp_path))
+        assert planner.settings({}).public_scores
+    for objective in gan_cli.TUNING.objectives:
+        assert objective.reads == "test"
+        assert all(metric.endswith("_public") or metric == "downstream_accuracy" for metric in objective.terms)
+
+
+def test_the_filter_cannot_choose_among_private_trials(tmp_path, capsys):
+    """The filter's objectives come from classifiers fitted on training codes (through a filter fitted
+    without privacy): with a private stage 1 they are refused in one line, before any output."""
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(
+        f"--output_dir={out}", "--model=filter", "--tune", "--vae_epochs=1", "--aggregation=micro",
+        "--noise_multiplier=1.0", "--verbose=0", capsys=capsys), "--objective", out)
+    assert "utility_minus_private reads private data" in line and "--model=filter has none" in line
 
 
 def free_loopback_port() -> int:
@@ -172,7 +203,7 @@ def test_distributed_tuning_one_chief_two_workers_on_loopback(tmp_path):
                 proc.kill()
     for name, proc in procs.items():
         assert proc.returncode == 0, (name, done[name][1][-3000:])
-    record = json.loads((out / "tuning.json").read_text())
+    record = json.loads((out / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == 2 and record["privacy"]["trials_run"] == 2
     ran = {t["trial_id"]: t["tuner_id"] for t in record["trials"]}
     assert sorted(ran.values()) == ["tuner0", "tuner1"]  # one trial each
@@ -216,6 +247,27 @@ def test_ctrl_c_keeps_the_trials_and_the_drawn_count(tmp_path, capsys, monkeypat
     proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--mean_trials=2", f"--search_space={SPACE}", "--seed=5",
                     capsys=capsys)
     assert proc.returncode == 130
-    assert proc.stderr.strip() == (f"interrupted: checkpoints are in {out / 'trials'}; run the same command again "
+    assert proc.stderr.strip() == (f"interrupted: checkpoints are in {out / 'private' / 'trials'}; run the same "
+                                   "command again "
                                    "(same --output_dir) to resume")
-    assert json.loads((out / "tuning_plan.json").read_text())["trials_drawn"] == 2
+    assert json.loads((out / "private" / "tuning_plan.json").read_text())["trials_drawn"] == 2
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_tuning_section_links_to_the_derivations_and_caps_k_within_delta(tmp_path, capsys):
+    """Its links into docs/privacy.md name existing sections, and its command's --max_trials is at
+    least the smallest cap that fits in delta (which a too-small cap's refusal names, planning only)."""
+    section = (REPO_ROOT / "README.md").read_text().split("### Tuning (`--tune`)")[1].split("\n#")[0]
+    headings = re.findall(r"^#+ (.+)$", (REPO_ROOT / "docs" / "privacy.md").read_text(), re.M)
+    anchors = re.findall(r"docs/privacy\.md#([\w-]+)", section)
+    assert anchors and set(anchors) <= {github_anchor(h) for h in headings}
+    command = re.search(r"^python train\.py (--tune .*--max_trials=(\d+).*)$", section, re.M)
+    args = [a for a in command.group(1).split() if not a.startswith(("--output_dir", "--max_trials"))]
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(*args, f"--output_dir={out}", "--max_trials=3", capsys=capsys),
+                                 "--max_trials", out)
+    assert int(command.group(2)) >= int(re.search(r"use --max_trials=(\d+)", line).group(1))

@@ -139,3 +139,26 @@ def test_generator_capacity_and_diversity_weight_reach_the_run_and_are_recorded(
 def test_optimizer_defaults_per_model():
     assert read_settings(cli.JOB, FLAGS, model="dpwgan_gp").gan_optimizer == "adam"
     assert read_settings(cli.JOB, FLAGS, model="dpgan").gan_optimizer == "rmsprop"
+
+
+def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_path, data_dir, monkeypatch):
+    """--public_scores (every --tune trial): IS, FD and label agreement again, by the evaluation
+    network fitted on the test split (the default one is fitted on the GAN's private training images)."""
+    from tfpriv.metrics import eval_classifier
+    fitted = {}
+
+    def get_classifier(dataset, data_dir, cache_dir=None, verbose=0, split="train"):
+        tf.keras.utils.set_random_seed(len(fitted))
+        fitted[split] = eval_classifier.build_classifier()  # untrained stand-ins: two different networks
+        return fitted[split]
+
+    monkeypatch.setattr(eval_classifier, "get_classifier", get_classifier)
+    out = tmp_path / "run"
+    s = read_settings(cli.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+                      latent_size=4, batch_size=500, epochs=1, max_steps=1, eval_every=0, num_samples=20, seed=0,
+                      verbose=0, public_scores=True, classifier_cache_dir=str(tmp_path / "cache"))
+    cli.run(s, str(out))
+    metrics = json.load(open(out / "results.json"))["metrics"]
+    assert sorted(fitted) == ["test", "train"]
+    assert {"inception_score_public", "frechet_distance_public"} <= set(metrics)
+    assert metrics["inception_score_public"] != metrics["inception_score"]

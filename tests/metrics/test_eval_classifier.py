@@ -94,3 +94,23 @@ def test_unknown_dataset_is_refused_naming_the_parameter(tmp_path, data_dir):
     with pytest.raises(UsageError, match=r"^dataset: must be one of mnist, fashion_mnist, got 'cifar10'"):
         mc.get_classifier("cifar10", str(data_dir), cache_dir=str(tmp_path))
     assert not any(tmp_path.iterdir())
+
+
+def test_a_classifier_fitted_on_the_test_split_never_reads_the_training_split(monkeypatch):
+    """split="test" (the scores --tune chooses GAN trials by): fitted on the test split but its last
+    TEST_HOLDOUT images, measured on those; a training split of NaNs would poison it if read."""
+    import types
+
+    import tfpriv.data
+    rng = np.random.default_rng(0)
+    n_test = mc.TEST_HOLDOUT + 200
+    data = types.SimpleNamespace(
+        x_train=np.full((300, 28, 28, 1), np.nan, np.float32), labels_train={"label": np.zeros(300, np.int64)},
+        x_test=rng.uniform(size=(n_test, 28, 28, 1)).astype(np.float32),
+        labels_test={"label": rng.integers(0, 10, n_test)})
+    monkeypatch.setattr(tfpriv.data, "load_dataset", lambda *a, **k: data)
+    model, info = mc.train_classifier("mnist", "unused", epochs=1, split="test")
+    assert info["split"] == "test" and info["train_examples"] == 200 and np.isfinite(info["test_accuracy"])
+    assert all(np.all(np.isfinite(w)) for w in model.get_weights())
+    with pytest.raises(UsageError, match="split"):
+        mc.cached_model_path("mnist", split="validation")

@@ -10,7 +10,7 @@ from scipy.stats import norm
 
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS, epsilon_for, training_event
-from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon, job_epsilon, naive_epsilon
+from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon, job_epsilon, largest_mean, naive_epsilon, smallest_cap
 
 SIGMA, DELTA = 3.0, 1e-6
 ORDERS = np.array(DEFAULT_ORDERS)
@@ -98,3 +98,32 @@ def test_a_cap_is_paid_for_in_delta():
     assert eps >= job_epsilon(trial, count, delta)  # never below the uncapped job at the full delta
     with pytest.raises(ConfigError, match="max_trials"):  # P(K > 8) = 0.07 does not fit in 1e-5
         capped_job_epsilon(rdp, count, 8, delta)
+
+
+@pytest.mark.parametrize("count,cap", [(TrialCount("geometric", 5), 3), (TrialCount("poisson", 5), 8)],
+                         ids=["geometric", "poisson"])
+def test_a_cap_that_does_not_fit_is_refused_with_the_fix(count, cap):
+    """The refusal names the smallest cap that fits and, when one exists, the largest mean that fits
+    this cap (Poisson: none, P(K > cap) > 0 for every mean); both fixes are accounted without error."""
+    trial = training_event([(0.01, 1.1, 1000)])
+    accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+    accountant.compose(trial)
+    rdp = np.asarray(accountant._rdp)
+    n, mean = smallest_cap(rdp, count, cap, 1e-5), largest_mean(rdp, count, cap, 1e-5)
+    with pytest.raises(ConfigError, match="max_trials") as refused:
+        capped_job_epsilon(rdp, count, cap, 1e-5)
+    fixes = str(refused.value).split("; use ")[1]
+    assert fixes == (f"max_trials={n}" if mean is None else f"max_trials={n} or mean={mean:.3g}")
+    capped_job_epsilon(rdp, count, n, 1e-5)
+    with pytest.raises(ConfigError):
+        capped_job_epsilon(rdp, count, n - 1, 1e-5)
+    if count.distribution == "poisson":
+        assert mean is None
+    else:
+        assert 1 < mean < count.mean
+        capped_job_epsilon(rdp, TrialCount(count.distribution, mean), cap, 1e-5)
+
+
+def test_a_mean_of_one_is_one_trial():
+    count = TrialCount("geometric", 1.0)
+    assert count.sample(np.random.default_rng(0)) == 1 and count.tail(1) == 0.0

@@ -3,6 +3,7 @@ Papernot-Steinke bound for random search over a random number of trials, composi
 import json
 import os
 
+import dp_accounting
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,14 +13,14 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
 from tfpriv.training.results import write_results
-from tfpriv.training.tuner import TuningJob
+from tfpriv.training.tuner import Objective, TuningJob
 
 N = 128
 Z = 1.2
 
 
-def _data():
-    rng = np.random.default_rng(0)
+def _data(seed: int = 0):
+    rng = np.random.default_rng(seed)
     x = rng.normal(size=(N, 6)).astype(np.float32)
     return x, (x[:, 0] > 0).astype(np.int32)
 
@@ -32,10 +33,12 @@ def _trial(values, trial_dir):
     dp_model = tfpriv.make_private(model, loss, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z),
                                    num_examples=N, batch_size=values["batch_size"], delta=1e-3)
     dp_model.compile(tf.keras.optimizers.SGD(values["learning_rate"]), metrics=["accuracy"])
-    history = dp_model.fit(x, y, epochs=1, verbose=0, seed=0)
+    dp_model.fit(x, y, epochs=1, verbose=0, seed=0)
+    x_test, y_test = _data(seed=1)  # held-out data: what the objective reads
+    accuracy = float(np.mean(np.argmax(model(x_test).numpy(), axis=1) == y_test))
     results = {"model": "linear", "dataset": "synthetic", "aggregation": "micro", "epsilon": dp_model.epsilon(),
                "delta": 1e-3, "noise_multiplier": Z, "effective_noise_multiplier": Z, "sampling_rate": values["batch_size"] / N,
-               "steps": dp_model.ledger.total_steps, "epochs": 1, "metrics": {"accuracy": history.history["accuracy"][-1]}}
+               "steps": dp_model.ledger.total_steps, "epochs": 1, "metrics": {"accuracy": accuracy}}
     write_results(trial_dir, results)
     return results
 
@@ -45,16 +48,17 @@ def _event(values):
     return training_event([(b / N, Z, round(N / b))])
 
 
+ACCURACY = Objective("accuracy", reads="test")  # the trials measure it on held-out data
 SPACE = {"learning_rate": {"type": "float", "min": 1e-3, "max": 1e-1, "log": True},
          "batch_size": {"type": "choice", "values": [16, 32]}}
 
 
 def test_random_search_runs_a_random_number_of_ordinary_runs_and_reports_the_jobs_epsilon(tmp_path):
     count = TrialCount("geometric", 3)
-    job = TuningJob(_trial, _event, SPACE, objective="accuracy", trials=count, delta=1e-3, seed=2)
-    out = job.run(str(tmp_path))
-    record = json.loads((tmp_path / "tuning.json").read_text())
-    assert out["trials_drawn"] == count.sample(np.random.default_rng(2)) == len(record["trials"]) >= 1
+    job = TuningJob(_trial, _event, SPACE, objective=ACCURACY, trials=count, delta=1e-3, seed=2)
+    job.run(str(tmp_path))
+    record = json.loads((tmp_path / "private" / "tuning.json").read_text())
+    assert record["trials_drawn"] == count.sample(np.random.default_rng(2)) == len(record["trials"]) >= 1
     for trial in record["trials"]:
         assert os.path.isfile(trial["results"])
     assert record["best"]["objective"] == max(t["objective"] for t in record["trials"])
@@ -68,23 +72,23 @@ def test_random_search_runs_a_random_number_of_ordinary_runs_and_reports_the_job
 def test_single_configuration_matches_the_event_accountant(tmp_path):
     space = {"learning_rate": SPACE["learning_rate"], "batch_size": {"type": "choice", "values": [16]}}
     count = TrialCount("poisson", 4)
-    job = TuningJob(_trial, _event, space, objective="accuracy", trials=count, delta=1e-3, seed=1)
+    job = TuningJob(_trial, _event, space, objective=ACCURACY, trials=count, delta=1e-3, seed=1)
     privacy = job.privacy(trials_run=4)
     assert privacy["epsilon"] == pytest.approx(job_epsilon(_event({}), count, 1e-3), rel=1e-9)
     assert privacy["epsilon_naive_composition"] == pytest.approx(naive_epsilon(_event({}), 4, 1e-3), rel=1e-6)
 
 
 def test_adaptive_tuners_are_accounted_by_composition():
-    job = TuningJob(_trial, _event, SPACE, objective="accuracy", tuner="bayesian", delta=1e-3)
+    job = TuningJob(_trial, _event, SPACE, objective=ACCURACY, tuner="bayesian", delta=1e-3)
     privacy = job.privacy(trials_run=3)
     assert privacy["epsilon"] == privacy["epsilon_naive_composition"] and "composition" in privacy["analysis"]
 
 
 def test_bad_spaces_are_refused():
     with pytest.raises(ConfigError, match="space.batch_size"):
-        TuningJob(_trial, _event, {"batch_size": {"type": "int", "min": 8, "max": 64}}, objective="accuracy")
+        TuningJob(_trial, _event, {"batch_size": {"type": "int", "min": 8, "max": 64}}, objective=ACCURACY)
     with pytest.raises(ConfigError, match="tuner"):
-        TuningJob(_trial, _event, SPACE, objective="accuracy", tuner="grid")
+        TuningJob(_trial, _event, SPACE, objective=ACCURACY, tuner="grid")
 
 
 def _scored(values, trial_dir):
@@ -101,25 +105,66 @@ def test_random_search_trials_are_independent_draws_repeats_included(tmp_path):
     values); the theorem's K i.i.d. trials all run, the first one drawn like the others."""
     space = {"learning_rate": {"type": "choice", "values": [0.25]}}
     count = TrialCount("geometric", 3)
-    job = TuningJob(_scored, _event, space, objective="accuracy", trials=count, delta=1e-3, seed=1,
+    job = TuningJob(_scored, _event, space, objective=ACCURACY, trials=count, delta=1e-3, seed=1,
                     neutral=("learning_rate",))
-    record = job.run(str(tmp_path))
+    job.run(str(tmp_path))
+    record = json.loads((tmp_path / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == 3 == len(record["trials"])
     assert [t["values"]["learning_rate"] for t in record["trials"]] == [0.25] * 3
     ranged = TuningJob(_scored, _event, {"learning_rate": {"type": "float", "min": 0.5, "max": 0.75}},
-                       objective="accuracy", trials=count, delta=1e-3, seed=1)
-    first = ranged.run(str(tmp_path / "ranged"))["trials"][0]["values"]["learning_rate"]
+                       objective=ACCURACY, trials=count, delta=1e-3, seed=1)
+    ranged.run(str(tmp_path / "ranged"))
+    trials = json.loads((tmp_path / "ranged" / "private" / "tuning.json").read_text())["trials"]
+    first = trials[0]["values"]["learning_rate"]
     assert first != 0.5  # drawn, not the range's default (its minimum)
 
 
 def test_a_rerun_reuses_the_stored_trial_count(tmp_path):
     space = {"learning_rate": SPACE["learning_rate"]}
-    job = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("geometric", 3), delta=1e-3,
+    job = TuningJob(_scored, _event, space, objective=ACCURACY, trials=TrialCount("geometric", 3), delta=1e-3,
                     seed=1, tuner="random")
     assert job.draw_trials(str(tmp_path)) == 3
-    again = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("geometric", 3), delta=1e-3,
+    again = TuningJob(_scored, _event, space, objective=ACCURACY, trials=TrialCount("geometric", 3), delta=1e-3,
                       seed=0)  # this seed alone would draw K = 1; the folder's K stands
     assert again.draw_trials(str(tmp_path)) == 3
-    other = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("poisson", 3), delta=1e-3)
+    other = TuningJob(_scored, _event, space, objective=ACCURACY, trials=TrialCount("poisson", 3), delta=1e-3)
     with pytest.raises(ConfigError, match="trial_count"):
         other.draw_trials(str(tmp_path))
+
+
+def test_an_objective_that_reads_private_data_cannot_choose_among_private_trials(tmp_path):
+    """Undeclared objectives read private data: refused before anything is written when the trials
+    are private, allowed when they are not (the job then has no epsilon to keep)."""
+    space = {"learning_rate": SPACE["learning_rate"]}
+    for objective in ("accuracy", Objective("accuracy", reads="private")):
+        job = TuningJob(_scored, _event, space, objective=objective, trials=TrialCount("geometric", 2), delta=1e-3)
+        with pytest.raises(ConfigError, match="^objective: accuracy reads private data"):
+            job.run(str(tmp_path / "private"))
+        assert not (tmp_path / "private").exists()
+    public = TuningJob(_scored, lambda values: dp_accounting.NonPrivateDpEvent(), space, objective="accuracy",
+                       trials=TrialCount("geometric", 2), delta=1e-3, seed=1)
+    assert public.run(str(tmp_path / "public"))["privacy"]["epsilon"] == float("inf")
+    with pytest.raises(ConfigError, match="reads must be one of test, public, private"):
+        Objective("accuracy", reads="validation")
+
+
+def test_random_search_releases_the_best_trial_alone(tmp_path):
+    """Papernot & Steinke bound the release of the best trial, not of K or the other trials: the
+    released tuning.json and best/ hold the best trial's values, score and run; the number of
+    trials, every trial and its score stay in private/."""
+    space = {"learning_rate": {"type": "float", "min": 0.1, "max": 0.9}}
+    job = TuningJob(_scored, _event, space, objective=ACCURACY, trials=TrialCount("geometric", 3), delta=1e-3, seed=1)
+    released = job.run(str(tmp_path))
+    private = json.loads((tmp_path / "private" / "tuning.json").read_text())
+    assert private["trials_drawn"] == 3 == len(private["trials"]) == private["privacy"]["trials_run"]
+    best = private["best"]
+    assert best["objective"] == max(t["objective"] for t in private["trials"])
+    assert json.loads((tmp_path / "tuning.json").read_text()) == released
+    assert released["best"] == {"values": best["values"], "objective": best["objective"], "run": "best"}
+    assert "trials" not in released and "trials_drawn" not in released
+    assert not {"trials_run", "epsilon_naive_composition"} & set(released["privacy"])
+    assert released["privacy"]["epsilon"] == private["privacy"]["epsilon"]
+    assert "private/" in released["private"] and "not covered by epsilon" in released["private"]
+    assert sorted(os.listdir(tmp_path)) == ["best", "private", "tuning.json"]
+    assert os.listdir(tmp_path / "best") == ["results.json"]  # the run, without its trial id
+    assert (tmp_path / "best" / "results.json").read_text() == open(best["results"]).read()

@@ -1,15 +1,17 @@
 """`train.py --tune`: a hyperparameter-tuning job whose trials are normal runs of the chosen job.
 
-Each trial is the job's `run(settings, OUTPUT_DIR/trials/<id>)` in this process with the trial's
-values over the command line's settings (its own results.json, checkpoints, logs); the tuner is
-keras-tuner's (`tfpriv.training.tuner`). A family declares its default search space and its named
-objectives as data (`Job.tuning`, a `FamilyTuning`); `--search_space` (a JSON file or an inline
-JSON object, also in a flag file) is merged over the default (`null` removes a name).
-OUTPUT_DIR/tuning.json holds the trials, the best configuration and the privacy of the whole job:
-Papernot & Steinke's bound for random search with a random number of trials K (drawn once, stored
-in tuning_plan.json), naive composition beside it, or composition alone for the adaptive tuners.
-Every tuning flag is checked, and the privacy event of every privacy configuration of the space is
-planned (the job's data loaded and model built, nothing trained), before anything is written.
+Each trial is the job's `run(settings, OUTPUT_DIR/private/trials/<id>)` in this process with the
+trial's values over the command line's settings (its own results.json, checkpoints, logs); the
+tuner is keras-tuner's (`tfpriv.training.tuner`). A family declares its default search space and
+its named objectives as data (`Job.tuning`, a `FamilyTuning`; each objective says which data it
+reads, and one that reads private data cannot choose among private trials); `--search_space` (a
+JSON file or an inline JSON object, also in a flag file) is merged over the default (`null`
+removes a name). The job releases OUTPUT_DIR/best (the best trial's run) and OUTPUT_DIR/tuning.json
+(its values and score, the privacy of the whole job: Papernot & Steinke's bound for random search
+with a random number of trials K, or composition for the adaptive tuners); K and every trial stay
+in OUTPUT_DIR/private. Every tuning flag is checked, and the privacy event of every privacy
+configuration of the space is planned (the job's data loaded and model built, nothing trained),
+before anything is written.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import dataclasses
 import json
 import math
 import os
-from typing import Mapping
+import re
+from typing import Any, Mapping
 
 import dp_accounting
 from absl import flags
@@ -31,8 +34,9 @@ from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
 from tfpriv.training.tuner import NEUTRAL_KEYS, TRIALS_DIR, TUNERS, Objective, TuningJob, privacy_configurations
 
-flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, in OUTPUT_DIR/trials/<id>) "
-                     "and write OUTPUT_DIR/tuning.json with the best configuration and the epsilon of the whole job.")
+flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
+                     "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "
+                     "with its configuration and the epsilon of the whole job.")
 flags.DEFINE_string("tuner", "random", "--tune: random (epsilon by Papernot & Steinke's bound), bayesian or hyperband "
                     "(adaptive: epsilon by composition over the trials).")
 flags.DEFINE_string("trial_count", "geometric", "--tune: distribution of the number of trials K, drawn once by the job: "
@@ -42,9 +46,10 @@ flags.DEFINE_float("trial_count_shape", 1.0, "--tune --trial_count=negative_bino
 flags.DEFINE_integer("max_trials", None, "--tune: run min(K, max_trials) trials. Not one of the theorem's distributions: "
                      "paid for in delta ((1 + e^eps) P(K > max_trials) of it); refused when that does not fit.")
 flags.DEFINE_string("objective", None, "--tune: what selects the best trial (named per model; default: the first). "
-                    "privae: log_likelihood, reconstruction_error, mmd, hoyer_sparsity, cluster_purity; GANs: "
-                    "inception_score, frechet_distance, downstream_accuracy, label_agreement; filter: "
-                    "utility_minus_private, utility_accuracy, private_accuracy.")
+                    "privae (test split): log_likelihood, reconstruction_error, mmd, hoyer_sparsity, cluster_purity; "
+                    "GANs (test split): inception_score, frechet_distance, label_agreement (evaluation classifier "
+                    "fitted on the test split), downstream_accuracy; filter (training codes: only with a non-private "
+                    "stage 1): utility_minus_private, utility_accuracy, private_accuracy.")
 flags.DEFINE_string("search_space", None, "--tune: a JSON file or an inline JSON object of hyperparameters "
                     '({"batch_size": {"type": "choice", "values": [32, 64]}, "learning_rate": {"type": "float", '
                     '"min": 1e-4, "max": 1e-2, "log": true}}) merged over the model\'s default space (null removes one).')
@@ -56,13 +61,16 @@ NOT_TUNABLE = ("dataset", "data_dir", "seed", "verbose", "delta", "accountant", 
 
 @dataclasses.dataclass(frozen=True)
 class FamilyTuning:
-    """A family's tuning defaults: its search space, its objectives (the first is the default) and the
-    hyperparameters that never change a trial's privacy event (may be ranges)."""
+    """A family's tuning defaults: its search space, its objectives (the first is the default; each
+    declares the data it reads, `Objective.reads`), the hyperparameters that never change a trial's
+    privacy event (may be ranges) and the settings every trial runs with (e.g. the metrics its
+    objectives read)."""
 
     space: Mapping[str, Mapping]
     objectives: tuple[Objective, ...]
     neutral: tuple[str, ...] = NEUTRAL_KEYS
     scope: str | None = None  # what a trial's epsilon covers, when the family's record says more than "the run"
+    trial_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def objective(self, name: str | None) -> Objective:
         if name is None:
@@ -128,16 +136,23 @@ def trial_count(flag_values: flags.FlagValues) -> TrialCount:
 
 
 _PARAM_FLAGS = {"space": "search_space", "tuner": "tuner", "max_trials": "max_trials", "mean": "mean_trials",
-                "shape": "trial_count_shape", "distribution": "trial_count", "direction": "objective"}
+                "shape": "trial_count_shape", "distribution": "trial_count", "direction": "objective",
+                "objective": "objective"}
+_PARAM_VALUE = re.compile(r"\b(" + "|".join(_PARAM_FLAGS) + r")=")
 
 
 def _as_flag(exc: ConfigError) -> str:
-    """A tuning library error as a flag error (`space.x: ...` -> `--search_space: space.x: ...`)."""
+    """A tuning library error as a flag error (`space.x: ...` -> `--search_space: space.x: ...`;
+    `max_trials: ...; use max_trials=68 or mean=1.01` -> `--max_trials: ...; use --max_trials=68 or
+    --mean_trials=1.01`)."""
     message = str(exc).strip().splitlines()[0]
     if message.startswith("space"):
         return f"--search_space: {message}"
     flag = _PARAM_FLAGS.get(exc.param or "")
-    return f"--{flag}{message[len(exc.param):]}" if flag else message
+    if not flag:
+        return message
+    rest = _PARAM_VALUE.sub(lambda m: f"--{_PARAM_FLAGS[m.group(1)]}=", message[len(exc.param):])
+    return f"--{flag}{rest}"
 
 
 class TrialPlanner:
@@ -152,7 +167,8 @@ class TrialPlanner:
         extra = {}
         if self.base.seed is not None and trial_dir is not None:  # distinct, reproducible streams per trial
             extra["seed"] = (self.base.seed * 1_000_003 + int(os.path.basename(trial_dir)) + 1) % 2 ** 31
-        return read_settings(self.job, self.flags, model=self.model, **values, **extra)
+        return read_settings(self.job, self.flags, model=self.model, **values, **self.job.tuning.trial_settings,
+                             **extra)
 
     def run_trial(self, values: dict, trial_dir: str) -> dict:
         return self.job.run(self.settings(values, trial_dir), trial_dir)
@@ -209,7 +225,7 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
     space = read_space(family.space, flag_values.search_space)
     fields = set(job.fields())
     for name in space:
-        if name not in fields or name in NOT_TUNABLE or name in CONTROL_FLAGS:
+        if name not in fields or name in NOT_TUNABLE or name in CONTROL_FLAGS or name in family.trial_settings:
             why = "defines the job, not a trial" if name in fields else f"is not a flag of --model={settings.model}"
             raise UsageError(f"--search_space: {name} {why}")
     planner = TrialPlanner(job, settings.model, flag_values, settings, output_dir)
@@ -235,6 +251,12 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
             raise UsageError(f"--search_space: {where}{flag_message(exc, job)}") from None
     tuning.delta = planner.delta
     try:
+        tuning.check_objective()
+    except ConfigError as exc:
+        usable = [o.name for o in family.objectives if o.reads != "private"]
+        raise UsageError(_as_flag(exc) + (f" (--objective={' or '.join(usable)})" if usable else
+                                          f" (--model={settings.model} has none: tune non-private trials)")) from None
+    try:
         tuning.privacy(1)  # a cap that does not fit in delta is refused now
     except ConfigError as exc:
         raise UsageError(_as_flag(exc)) from None
@@ -252,22 +274,26 @@ def tune(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = fl
 
 
 def report(output_dir: str, result: dict) -> str:
-    """The lines `train.py --tune` prints."""
+    """The lines `train.py --tune` prints: what the job releases (random search: not the number of
+    trials, which the job's epsilon does not cover)."""
     if result.get("role") == "worker":
         return (f"tuning worker {result['tuner_id']} ran trials {', '.join(result['trials']) or 'none'}; "
                 f"the chief writes {output_dir}/tuning.json")
     privacy, best = result["privacy"], result["best"]
     eps = privacy["epsilon"]
-    lines = [f"tuning ({result['tuner']}): {privacy['trials_run']} trials"
-             + (f" (K = {result['trials_drawn']} drawn)" if result["trials_drawn"] is not None else "")]
+    if "trials_run" in privacy:
+        lines = [f"tuning ({result['tuner']}): {privacy['trials_run']} trials"]
+    else:
+        count = privacy["trial_count"]
+        lines = [f"tuning ({result['tuner']}): the best of a random number of trials (K ~ {count['distribution']} "
+                 f"with mean {count['mean']:g})"]
     if best is not None:
-        lines.append(f"best trial {best['trial_id']}: {result['objective']['name']} = {best['objective']:.4g} "
-                     f"with {json.dumps(best['values'])}")
+        lines.append(f"best: {result['objective']['name']} = {best['objective']:.4g} with "
+                     f"{json.dumps(best['values'])}, its run in {os.path.join(output_dir, best['run'])}")
     if math.isinf(eps):
         lines.append("non-private trials: no privacy guarantee (epsilon = inf)")
     else:
         lines.append(f"epsilon of the whole job = {eps:.4g} at delta = {privacy['delta']:.3g} ({privacy['analysis']}); "
-                     f"one trial {privacy['epsilon_one_trial']:.4g}, naive composition of the "
-                     f"{privacy['trials_run']} trials {privacy['epsilon_naive_composition']:.4g}")
-    lines.append(f"Results: {output_dir}/tuning.json")
+                     f"one trial {privacy['epsilon_one_trial']:.4g}")
+    lines.append(f"Results: {output_dir}/tuning.json; {result['private']}")
     return "\n".join(lines)

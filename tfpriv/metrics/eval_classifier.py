@@ -3,8 +3,13 @@
 A small non-private CNN trained by the project on a dataset's real training images, one per
 dataset (MNIST: Schwabedal et al. use one at about 99.6% test accuracy; Fashion-MNIST: the same
 network). It is trained once and cached on disk, keyed by the dataset, MODEL_VERSION and the
-training settings, so every evaluation scores samples with the same network. The training
-images are public reference data here, not the private data of a DP run.
+training settings, so every evaluation scores samples with the same network.
+
+`split="train"` (the default, comparable with the literature) fits it on the training split, the
+same images a DP GAN trains on privately: its scores depend on that private data without noise,
+so they only describe a run. `split="test"` fits it on the test split but its last TEST_HOLDOUT
+images (its accuracy is measured on those) and never reads the training split: its scores read
+only public data and may choose among private runs (`train.py --tune`).
 
 Reproduce a cached model (prints test accuracy and wall time, writes results.json):
     python -m tfpriv.metrics.eval_classifier --dataset=mnist --data-dir ../shared/data
@@ -32,6 +37,8 @@ FEATURE_DIM = 256
 DEFAULT_BATCH_SIZE = 128
 DEFAULT_CACHE_DIR = pathlib.Path("~/.cache/tfpriv/eval_classifier")
 DATASETS = ("mnist", "fashion_mnist")
+SPLITS = ("train", "test")  # what the classifier is fitted on
+TEST_HOLDOUT = 1000  # split="test": the last test images, kept out of fitting to measure accuracy
 
 
 def _check_dataset(dataset: str) -> None:
@@ -39,13 +46,25 @@ def _check_dataset(dataset: str) -> None:
         raise UsageError(f"dataset: must be one of {', '.join(DATASETS)}, got {dataset!r}")
 
 
-def load_images(dataset: str, data_dir: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(x_train, y_train, x_test, y_test); images float32 [n, 28, 28, 1] in [0, 1], checksums verified."""
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise UsageError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+
+
+def load_images(dataset: str, data_dir: str,
+                split: str = "train") -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_fit, y_fit, x_eval, y_eval) for a classifier fitted on `split`: the training and the test
+    split, or ("test") the test split but its last TEST_HOLDOUT images and those. Images float32
+    [n, 28, 28, 1] in [0, 1], checksums verified."""
     from tfpriv.data import load_dataset
 
     _check_dataset(dataset)
+    _check_split(split)
     data = load_dataset(dataset, data_dir)
-    return data.x_train, data.labels_train["label"], data.x_test, data.labels_test["label"]
+    x_test, y_test = data.x_test, data.labels_test["label"]
+    if split == "test":
+        return x_test[:-TEST_HOLDOUT], y_test[:-TEST_HOLDOUT], x_test[-TEST_HOLDOUT:], y_test[-TEST_HOLDOUT:]
+    return data.x_train, data.labels_train["label"], x_test, y_test
 
 
 def build_classifier() -> tf.keras.Model:
@@ -76,9 +95,9 @@ def compiled_classifier(num_examples: int, epochs: int, batch_size: int, seed: i
 
 def train_classifier(dataset: str, data_dir: str, epochs: int = DEFAULT_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
                      seed: int = 0, max_train_examples: Optional[int] = None,
-                     verbose: int = 0) -> Tuple[tf.keras.Model, Dict]:
-    """Trains the classifier with Adam (lr 1e-3, cosine decay); returns (model, info)."""
-    x_train, y_train, x_test, y_test = load_images(dataset, data_dir)
+                     verbose: int = 0, split: str = "train") -> Tuple[tf.keras.Model, Dict]:
+    """Trains the classifier on `split` with Adam (lr 1e-3, cosine decay); returns (model, info)."""
+    x_train, y_train, x_test, y_test = load_images(dataset, data_dir, split)
     if max_train_examples is not None:
         x_train, y_train = x_train[:max_train_examples], y_train[:max_train_examples]
     model = compiled_classifier(len(x_train), epochs, batch_size, seed)
@@ -87,24 +106,25 @@ def train_classifier(dataset: str, data_dir: str, epochs: int = DEFAULT_EPOCHS, 
     train_seconds = time.time() - start
     _, test_acc = model.evaluate(x_test, y_test, batch_size=1000, verbose=0)
     info = {
-        "dataset": dataset, "model_version": MODEL_VERSION, "epochs": epochs, "batch_size": batch_size, "seed": seed,
+        "dataset": dataset, "split": split, "model_version": MODEL_VERSION, "epochs": epochs, "batch_size": batch_size, "seed": seed,
         "train_examples": int(len(x_train)), "steps": epochs * int(np.ceil(len(x_train) / batch_size)), "test_accuracy": float(test_acc),
         "train_seconds": float(train_seconds), "tensorflow": tf.__version__,
     }
     return model, info
 
 
-def cache_key(dataset: str, epochs: int, seed: int, max_train_examples: Optional[int]) -> str:
+def cache_key(dataset: str, epochs: int, seed: int, max_train_examples: Optional[int], split: str = "train") -> str:
     n = "all" if max_train_examples is None else str(max_train_examples)
-    return f"{dataset}_{MODEL_VERSION}_e{epochs}_n{n}_s{seed}"
+    return f"{dataset}_{MODEL_VERSION}_e{epochs}_n{n}_s{seed}" + ("" if split == "train" else f"_{split}split")
 
 
 def cached_model_path(dataset: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
-                      max_train_examples: Optional[int] = None) -> pathlib.Path:
+                      max_train_examples: Optional[int] = None, split: str = "train") -> pathlib.Path:
     """Where `get_classifier` keeps the model for these settings (it exists once trained)."""
     _check_dataset(dataset)
+    _check_split(split)
     root = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
-    return root / cache_key(dataset, epochs, seed, max_train_examples) / "model.keras"
+    return root / cache_key(dataset, epochs, seed, max_train_examples, split) / "model.keras"
 
 
 def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> None:
@@ -120,8 +140,8 @@ def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> N
 
 def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS,
                          seed: int = 0, max_train_examples: Optional[int] = None,
-                         verbose: int = 0) -> tf.keras.Model:
-    """The cached classifier for these settings, training and caching it on first use.
+                         verbose: int = 0, split: str = "train") -> tf.keras.Model:
+    """The cached classifier for these settings (fitted on `split`), training and caching it on first use.
 
     Cache: `<cache_dir>/<cache_key>/model.keras` with `info.json` (test accuracy, wall time)
     and `results.json`; cache_dir defaults to ~/.cache/tfpriv/eval_classifier.
@@ -130,12 +150,12 @@ def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None,
         raise UsageError(f"epochs: must be >= 1, got {epochs}")
     if max_train_examples is not None and max_train_examples < 1:
         raise UsageError(f"max_train_examples: must be >= 1, got {max_train_examples}")
-    model_path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples)
+    model_path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples, split)
     directory, root = model_path.parent, model_path.parent.parent
     if model_path.is_file():
         return tf.keras.models.load_model(model_path, compile=False)
     model, info = train_classifier(dataset, data_dir, epochs=epochs, seed=seed,
-                                   max_train_examples=max_train_examples, verbose=verbose)
+                                   max_train_examples=max_train_examples, verbose=verbose, split=split)
     tmp = root / (directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -150,9 +170,9 @@ def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None,
 
 
 def load_info(dataset: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
-              max_train_examples: Optional[int] = None) -> Dict:
+              max_train_examples: Optional[int] = None, split: str = "train") -> Dict:
     """The training record (test accuracy, wall time, ...) of a cached classifier."""
-    path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples).parent / "info.json"
+    path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples, split).parent / "info.json"
     if not path.is_file():
         raise DataError(f"{path}: no cached {dataset} evaluation classifier for these settings", param="cache_dir")
     return json.loads(path.read_text())
@@ -184,10 +204,12 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--cache-dir", default=None, help="default ~/.cache/tfpriv/eval_classifier")
     parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split", default="train", choices=SPLITS, help="fit on the training or the test split")
     args = parser.parse_args(argv)
     try:
-        get_classifier(args.dataset, args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2)
-        info = load_info(args.dataset, args.cache_dir, epochs=args.epochs, seed=args.seed)
+        get_classifier(args.dataset, args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2,
+                       split=args.split)
+        info = load_info(args.dataset, args.cache_dir, epochs=args.epochs, seed=args.seed, split=args.split)
     except UsageError as err:
         print(err, file=sys.stderr)
         return 2

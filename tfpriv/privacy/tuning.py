@@ -74,13 +74,16 @@ class TrialCount:
         if self.distribution == "logarithmic":
             return float(stats.logser(1.0 - self.gamma).sf(cap))
         nb = stats.nbinom(self.dp_shape, self.gamma)  # D_{η,γ} = NB(η, γ) conditioned on K >= 1
-        return float(nb.sf(cap) / nb.sf(0))
+        above_zero = nb.sf(0)
+        return float(nb.sf(cap) / above_zero) if above_zero > 0 else 0.0  # γ = 1 (mean 1): K = 1
 
     def sample(self, rng: np.random.Generator) -> int:
         """Draws K. Poisson may give 0 (the job then releases nothing); the others give K >= 1."""
         if self.distribution == "poisson":
             return int(rng.poisson(self.mean))
         gamma = self.gamma
+        if gamma >= 1:  # mean 1: K = 1 (NB(η, 1) is always 0)
+            return 1
         if self.distribution == "logarithmic":
             return int(rng.logseries(1.0 - gamma))
         while True:  # NB(η, γ) conditioned on K >= 1 is D_{η,γ}
@@ -117,9 +120,24 @@ def capped_job_epsilon(rdp: np.ndarray, count: TrialCount, cap: int, delta: floa
 
     The uncapped bound is taken at δ' = f·δ for the fraction f in `CAP_DELTA_FRACTIONS` with the
     smallest ε such that δ' + (1 + e^ε)·P(K > cap) ≤ δ. Raises ConfigError naming `max_trials` when
-    no fraction fits (the cap cuts off too much of K's distribution for this δ)."""
+    no fraction fits (the cap cuts off too much of K's distribution for this δ); the message gives
+    the smallest cap that fits and, if there is one, the largest mean that fits this cap."""
     if cap < 1:
         raise ConfigError(f"max_trials: must be >= 1, got {cap}")
+    best = _capped_fit(rdp, count, cap, delta, orders)
+    if best is None:
+        fixes = [f"max_trials={smallest_cap(rdp, count, cap, delta, orders)}"]
+        mean = largest_mean(rdp, count, cap, delta, orders)
+        if mean is not None:
+            fixes.append(f"mean={mean:.3g}")
+        raise ConfigError(f"max_trials: P(K > {cap}) = {count.tail(cap):.3g} for K ~ {count.distribution} with mean "
+                          f"{count.mean:g} does not fit in delta = {delta:g}; use {' or '.join(fixes)}")
+    return best
+
+
+def _capped_fit(rdp: np.ndarray, count: TrialCount, cap: int, delta: float,
+                orders: Sequence[float]) -> tuple[float, float] | None:
+    """`capped_job_epsilon`'s (ε, δ'), or None when no fraction of δ fits."""
     p = count.tail(cap)
     job = rdp_privacy_accountant._compute_rdp_repeat_and_select(list(orders), rdp, count.mean, count.dp_shape)
     best = None
@@ -127,7 +145,33 @@ def capped_job_epsilon(rdp: np.ndarray, count: TrialCount, cap: int, delta: floa
         eps = float(rdp_privacy_accountant.compute_epsilon(list(orders), job, fraction * delta)[0])
         if fraction * delta + (1 + math.exp(min(eps, 700.0))) * p <= delta and (best is None or eps < best[0]):
             best = (eps, fraction * delta)
-    if best is None:
-        raise ConfigError(f"max_trials: P(K > {cap}) = {p:.3g} for K ~ {count.distribution} with mean {count.mean:g} "
-                          f"does not fit in delta = {delta:g}; raise max_trials (or lower the mean)")
     return best
+
+
+def smallest_cap(rdp: np.ndarray, count: TrialCount, cap: int, delta: float,
+                 orders: Sequence[float] = DEFAULT_ORDERS) -> int:
+    """The smallest cap above `cap` that fits in δ (P(K > cap) falls to 0, so one exists)."""
+    low, high = cap, max(2 * cap, cap + 1)
+    while _capped_fit(rdp, count, high, delta, orders) is None:
+        low, high = high, 2 * high
+    while high - low > 1:  # fits at high, not at low; fitting is monotone in the cap
+        mid = (low + high) // 2
+        low, high = (low, mid) if _capped_fit(rdp, count, mid, delta, orders) is not None else (mid, high)
+    return high
+
+
+def largest_mean(rdp: np.ndarray, count: TrialCount, cap: int, delta: float,
+                 orders: Sequence[float] = DEFAULT_ORDERS, steps: int = 30) -> float | None:
+    """The largest E[K] in [1, count.mean] (to 1e-9 of it) whose distribution fits `cap` in δ, rounded
+    down to 3 significant digits; None if E[K] = 1 does not fit (e.g. Poisson: P(K > cap) > 0)."""
+    def fits(mean: float) -> bool:
+        return _capped_fit(rdp, dataclasses.replace(count, mean=mean), cap, delta, orders) is not None
+
+    if not fits(1.0):
+        return None
+    low, high = 1.0, count.mean
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    digits = 2 - math.floor(math.log10(low))
+    return math.floor(low * 10 ** digits) / 10 ** digits

@@ -17,14 +17,21 @@ and writes its own results.json) and the best trial by the `Objective` is select
   (`tfpriv.privacy.tuning.capped_job_epsilon`).
 - `bayesian` and `hyperband` choose later trials from earlier trials' scores, which the theorem
   does not cover: the job is accounted as the composition of every trial started. Naive
-  composition is reported beside the bound for every job.
+  composition is recorded beside the bound for every job (for random search in the private
+  record only: it reveals the number of trials).
+
+Only the best trial is released (OUTPUT_DIR/best and OUTPUT_DIR/tuning.json: its values and
+score, the job's privacy): the theorem's output is that trial, not K nor the other trials, which
+stay in OUTPUT_DIR/private. The score that chooses it must be computed from the trial's output and
+data outside the private training set: an `Objective` declares what it reads, and one that reads
+private data is refused when the trials are private (`check_objective`).
 
 The number of trials is drawn once by the job (by the chief in distributed tuning) and stored in
-`tuning_plan.json` before the first trial: a re-run of the same folder reuses it (keras-tuner
+`private/tuning_plan.json` before the first trial: a re-run of the same folder reuses it (keras-tuner
 reloads its trials; an interrupted trial is retried in its own folder, where the run resumes
 from its checkpoint) instead of drawing again. Distributed tuning is keras-tuner's chief/worker
 mode (`KERASTUNER_TUNER_ID`, `KERASTUNER_ORACLE_IP`, `KERASTUNER_ORACLE_PORT`): the chief holds
-the oracle, draws K and writes tuning.json from the oracle's record of every trial any worker
+the oracle, draws K and writes the tuning records from the oracle's record of every trial any worker
 started; workers run trials in the shared output folder.
 """
 from __future__ import annotations
@@ -35,6 +42,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import time
 from typing import Callable, Mapping
 
@@ -53,24 +61,41 @@ TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
 NEUTRAL_KEYS = ("learning_rate", "l2_norm_clip")
 PLAN_FILE, RESULT_FILE, TRIAL_FILE = "tuning_plan.json", "tuning.json", "tuning_trial.json"
-TRIALS_DIR = "trials"  # OUTPUT_DIR/trials/<trial id>: one run folder per trial
+# Released: OUTPUT_DIR/tuning.json (the best trial's values and score, the job's epsilon) and
+# OUTPUT_DIR/best (a copy of the best trial's run). Kept private, outside epsilon: OUTPUT_DIR/private,
+# with K (tuning_plan.json), every trial's run (trials/<trial id>), keras-tuner's oracle state and
+# the record of every trial (tuning.json).
+PRIVATE_DIR, BEST_DIR = "private", "best"
+TRIALS_DIR = os.path.join(PRIVATE_DIR, "trials")
+# Released only by the adaptive tuners, whose epsilon (composition) covers every trial.
+COUNT_KEYS = ("trials_run", "epsilon_naive_composition")
 
 Space = Mapping[str, Mapping]
 TrialFn = Callable[[dict, str], dict]
 EventFn = Callable[[dict], dp_accounting.DpEvent]
 
 
+# Where an objective's metrics are computed from: the test split, or data declared public (outside
+# the training set) may choose among private trials; "private" (fitted or measured on the training
+# data, or undeclared) only among non-private ones.
+READS = ("test", "public", "private")
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
-    """What the tuner optimises: a weighted sum of metrics of the run's results.json."""
+    """What the tuner optimises: a weighted sum of metrics of the run's results.json, and the data
+    those metrics read (`reads`, one of `READS`; undeclared is "private")."""
 
     name: str
     direction: str = "max"
     weights: Mapping[str, float] | None = None  # metric -> weight; default {name: 1}
+    reads: str = "private"
 
     def __post_init__(self):
         if self.direction not in ("min", "max"):
             raise ConfigError(f"direction: must be min or max, got {self.direction!r}")
+        if self.reads not in READS:
+            raise ConfigError(f"objective: {self.name}: reads must be one of {', '.join(READS)}, got {self.reads!r}")
 
     @property
     def terms(self) -> Mapping[str, float]:
@@ -196,6 +221,14 @@ class TuningJob:
                 raise ConfigError(f"space.{self.budget_key}: hyperband needs the epoch budget as a choice of "
                                   "positive integers (the largest is its max_epochs)")
 
+    def check_objective(self) -> None:
+        """Refuses to choose among private trials by an objective that reads private data: the choice
+        would release that data outside the job's epsilon (non-private trials have no epsilon to keep)."""
+        if self.objective.reads == "private" and np.all(np.isfinite(self.worst_trial_rdp)):
+            raise ConfigError(f"objective: {self.objective.name} reads private data (reads='private'): choosing "
+                              "among private trials by it is not covered by the job's epsilon; use an objective "
+                              "computed on the test split or on public data")
+
     @functools.cached_property
     def worst_trial_rdp(self) -> np.ndarray:
         """RDP curve bounding one trial: the order-wise worst over the space's privacy configurations."""
@@ -231,7 +264,7 @@ class TuningJob:
     def draw_trials(self, output_dir: str) -> int | None:
         """K for this job: read from tuning_plan.json if the folder has one (never drawn again), else
         drawn now and written there before any trial runs. None for hyperband (its schedule)."""
-        path = os.path.join(output_dir, PLAN_FILE)
+        path = os.path.join(output_dir, PRIVATE_DIR, PLAN_FILE)
         plan = self.plan_record(None)
         if os.path.isfile(path):
             with open(path) as f:
@@ -270,9 +303,11 @@ class TuningJob:
 
     def run(self, output_dir: str, poll_seconds: float = 0.2) -> dict:
         """Runs the job (or, in distributed tuning, this process's part of it). The chief or a single
-        process writes `tuning.json` (trials, best configuration, the job's privacy) and returns it;
-        a worker returns the trials it ran."""
+        process writes private/tuning.json (every trial, K) and what the job releases (`release`),
+        and returns the released record; a worker returns the trials it ran."""
         worker = dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
+        if not worker:  # the chief (or a single process) accounts the job and refuses before any output
+            self.check_objective()
         os.makedirs(output_dir, exist_ok=True)
         k = None if worker else self.draw_trials(output_dir)
         job = self
@@ -305,7 +340,8 @@ class TuningJob:
                 super().search(*args, **kwargs)
 
         # A worker's oracle only proxies the chief's (keras-tuner replaces it); its trial cap is unused.
-        tuner = Tuner(oracle=self._oracle(1 if worker else k), directory=output_dir, project_name="keras_tuner", overwrite=False)
+        tuner = Tuner(oracle=self._oracle(1 if worker else k), directory=os.path.join(output_dir, PRIVATE_DIR),
+                      project_name="keras_tuner", overwrite=False)
         if k != 0:  # Poisson may draw no trial: nothing is trained or released
             try:
                 tuner.search()  # a trial that raises is recorded as FAILED (keras-tuner) and still counted
@@ -318,7 +354,7 @@ class TuningJob:
         return self.finish(tuner.oracle, output_dir, k)
 
     def finish(self, oracle: kt.Oracle, output_dir: str, k: int | None) -> dict:
-        """tuning.json from the oracle's record of every trial started, in any process."""
+        """The tuning records from the oracle's record of every trial started, in any process."""
         records = []
         for trial_id in oracle.start_order:
             trial = oracle.trials[trial_id]
@@ -344,9 +380,30 @@ class TuningJob:
                 raise RuntimeError(f"trial {r['trial_id']} spent epsilon {eps:.6g}, more than the worst case "
                                    f"{one:.6g} of the space's privacy configurations: the trials are kept in "
                                    f"{output_dir}, tuning.json is not written")
-        result = {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective), "trials_drawn": k,
-                  "trials": records, "best": best, "privacy": privacy,
+        common = {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective),
                   "space": {n: dict(s) for n, s in self.space.items()}}
+        write_json(os.path.join(output_dir, PRIVATE_DIR, RESULT_FILE),
+                   {**common, "trials_drawn": k, "trials": records, "best": best, "privacy": privacy})
+        return self.release(output_dir, common, best, privacy)
+
+    def release(self, output_dir: str, common: dict, best: dict | None, privacy: dict) -> dict:
+        """Writes what the job releases: OUTPUT_DIR/best (the best trial's run, without its tuning
+        record) and OUTPUT_DIR/tuning.json (its values and score, the job's privacy). Random search's
+        bound covers the best trial alone: the number of trials, the other trials and their scores
+        stay in OUTPUT_DIR/private (its index among the trials would bound K from below)."""
+        best_dir = os.path.join(output_dir, BEST_DIR)
+        shutil.rmtree(best_dir, ignore_errors=True)
+        released = None
+        if best is not None:
+            shutil.copytree(os.path.join(output_dir, TRIALS_DIR, best["trial_id"]), best_dir,
+                            ignore=shutil.ignore_patterns(TRIAL_FILE))
+            released = {"values": best["values"], "objective": best["objective"], "run": BEST_DIR}
+        if self.tuner == "random":
+            privacy = {k: v for k, v in privacy.items() if k not in COUNT_KEYS}
+        covered = ("not covered by epsilon, which is for the best trial alone: keep it private"
+                   if self.tuner == "random" else "epsilon (composition over the trials) covers every trial's model")
+        result = {**common, "best": released, "privacy": privacy,
+                  "private": f"{PRIVATE_DIR}/: the number of trials, every trial's run and score; {covered}"}
         write_json(os.path.join(output_dir, RESULT_FILE), result)
         return result
 
