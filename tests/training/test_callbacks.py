@@ -14,8 +14,9 @@ def _private(max_epsilon: float):
     tf.keras.utils.set_random_seed(0)
     model = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(2)])
     loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    dp_model = tfpriv.make_private(model, loss, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z),
-                                   num_examples=N, batch_size=B, delta=DELTA, max_epsilon=max_epsilon)
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z)
+    dp_model = tfpriv.make_private(model, loss, config, num_examples=N, batch_size=B, delta=DELTA,
+                                   max_epsilon=max_epsilon)
     dp_model.compile(optimizer="sgd")
     x = np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32)
     return dp_model, x, (x[:, 0] > 0).astype(np.int32)

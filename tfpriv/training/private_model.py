@@ -1,18 +1,18 @@
 """`make_private`: DP-SGD for a user's own Keras model in one call (cf. Opacus' `make_private`).
 
-    dp_model = tfpriv.make_private(keras_model, loss=per_example_loss_fn,
+    dp_model = tfpriv.make_private(keras_model, loss="sparse_categorical_crossentropy",
                                    config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
                                    num_examples=len(x_train), batch_size=64, delta=1e-5)
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
     history = dp_model.fit(x_train, y_train, epochs=2)    # history.history["epsilon"]
     dp_model.save("m.keras")                              # saves keras_model itself
 
-`loss` is a Keras loss name ("sparse_categorical_crossentropy"), a `tf.keras.losses.Loss` (any
-reduction: a copy with reduction NONE is used) or a function `(y_true, y_pred)` returning one
-value per example. Out-of-range class labels are dropped like non-finite examples
-(`class_labels`; docs/privacy.md, "Non-finite and extreme examples"). The wrapped model's loss is one sample-wise term, so each example's
-gradient is clipped at C and the sum noised with std zC (DP-SGD); the engine's ghost-norm rules
-make it one backward pass for Dense and Conv layers.
+`loss` is a Keras loss name, a `tf.keras.losses.Loss` (any reduction: a copy with reduction NONE
+is used) or a function `(y_true, y_pred)` returning one value per example. Out-of-range class
+labels are dropped like non-finite examples (`class_labels`; docs/privacy.md, "Non-finite and
+extreme examples"). The wrapped model's loss is one sample-wise term, so each example's gradient
+is clipped at C and the sum noised with std zC (DP-SGD); the engine's ghost-norm rules make it
+one backward pass for Dense and Conv layers.
 """
 from __future__ import annotations
 
