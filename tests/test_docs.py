@@ -76,9 +76,8 @@ def test_blocks_are_found_with_their_lines_and_no_run_is_skipped():
 
 
 @pytest.mark.parametrize("name", [n for n in DOCS if python_blocks(open(os.path.join(REPO, n)).read(), n)])
-def test_every_python_block_runs_as_written(name, tmp_path):
-    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env.setdefault("TFPRIV_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+def test_every_python_block_runs_as_written(name, tmp_path, data_dir):
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2", "TFPRIV_DATA_DIR": str(data_dir.resolve())}
     commands, setup = SETUP.get(name, ([], ""))
     for command in commands:
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
