@@ -6,6 +6,7 @@ import tensorflow as tf
 import tfpriv
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.terms import BatchLayout
 
 N, B = 256, 32
 
@@ -66,9 +67,120 @@ def test_refusals_name_the_parameter():
         tfpriv.make_private(_mlp(), LOSS, tfpriv.DPConfig(aggregation="none"), N, B)
     with pytest.raises(ConfigError, match="target_epsilon, epochs"):
         tfpriv.make_private(_mlp(), LOSS, tfpriv.DPConfig(aggregation="micro"), N, B, target_epsilon=1.0)
-    mean_loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)     # reduces to a scalar
+    def mean_loss(y_true, y_pred):                                                 # reduces to a scalar
+        return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True))
+
     dp_model = tfpriv.make_private(_mlp(), mean_loss, tfpriv.DPConfig(aggregation="micro"), N, B)
     dp_model.compile("sgd")
     x, y = _data([12])
     with pytest.raises(ConfigError, match="one value per example"):
         dp_model.fit(x, y, epochs=1, verbose=0)
+
+
+# -- labels outside the classes (issue 31, leak 3), metrics and losses on every path (issue 32) -------
+
+CLIPPINGS = ["fast", "per_example", "vectorized"]
+
+
+def _three_classes(n: int, bad: dict[int, int] | None = None, softmax: bool = False):
+    """A 2-layer MLP over 3 classes, n examples of 4 features, labels i % 3 except `bad` {row: label}."""
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(5, activation="tanh"),
+                                 tf.keras.layers.Dense(3, activation="softmax" if softmax else None)])
+    x = np.random.default_rng(1).normal(size=(n, 4)).astype(np.float32)
+    y = np.arange(n) % 3
+    for row, label in (bad or {}).items():
+        y[row] = label
+    return model, x, y
+
+
+def _private(model, loss, n, clipping="fast", **kwargs):
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=0.5, noise_multiplier=1.0, clipping=clipping)
+    return tfpriv.make_private(model, loss, config, num_examples=n, batch_size=n, **kwargs)  # q = 1: all sampled
+
+
+@pytest.mark.parametrize("label", [7, -1])
+@pytest.mark.parametrize("clipping", CLIPPINGS)
+def test_an_out_of_range_label_is_dropped_like_a_non_finite_example(clipping, label):
+    n, bad = 8, 2
+    model, x, y = _three_classes(n, {bad: label})
+    dp_model = _private(model, LOSS, n, clipping)
+    dp_model.compile(optimizer="sgd")
+    history = dp_model.fit(x, y, epochs=2, verbose=0)                       # used to abort the step
+    assert history.history["dropped"] == [1.0, 1.0] and np.all(np.isfinite(model.get_weights()[0]))
+    engine, keep = dp_model.engine, np.arange(n) != bad
+    with_bad = engine.clipped_sums(dp_model.loss_fn, dp_model.private_inputs((tf.constant(x), tf.constant(y))))
+    without = engine.clipped_sums(dp_model.loss_fn,
+                                  dp_model.private_inputs((tf.constant(x[keep]), tf.constant(y[keep]))))
+    assert float(with_bad["dropped"]) == 1.0 and float(without["dropped"]) == 0.0
+    for a, b in zip(with_bad["sample"], without["sample"]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_only_class_index_labels_are_screened():
+    """Float labels of a sparse Keras loss are class indices (Keras casts them); integer targets of a
+    one-output model (binary labels) or of a plain function's regression are not screened."""
+    model, x, y = _three_classes(8, {1: 3})
+    dp_model = _private(model, "sparse_categorical_crossentropy", 8)
+    dp_model.compile(optimizer="sgd")
+    assert dp_model.fit(x, y.astype(np.float32), epochs=1, verbose=0).history["dropped"] == [1.0]
+    tf.keras.utils.set_random_seed(0)
+    binary = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(1)])
+    dp_model = _private(binary, lambda t, p: tf.square(tf.cast(t, tf.float32) - p[:, 0]), 8)
+    dp_model.compile(optimizer="sgd")
+    assert dp_model.fit(x, np.arange(8) % 2, epochs=1, verbose=0).history["dropped"] == [0.0]
+
+
+@pytest.mark.parametrize("clipping", CLIPPINGS)
+def test_compiled_metrics_work_on_every_clipping_path_and_skip_dropped_examples(clipping):
+    n = 12
+    model, x, y = _three_classes(n, {4: 9})
+    x[7] = np.nan
+    dp_model = _private(model, LOSS, n, clipping)
+    dp_model.compile(optimizer=tf.keras.optimizers.SGD(0.0), metrics=["accuracy"])  # weights stay: exact check
+    history = dp_model.fit(x, y, epochs=1, verbose=0)
+    kept = np.isin(np.arange(n), [4, 7], invert=True)
+    expected = np.mean(np.argmax(model.predict(x[kept], verbose=0), axis=1) == y[kept])
+    assert history.history["dropped"] == [2.0]
+    assert history.history["accuracy"][0] == pytest.approx(expected)
+    assert dp_model.evaluate(x, y, verbose=0, return_dict=True)["accuracy"] == pytest.approx(expected)
+
+
+def test_metrics_with_vectorized_clipping_on_a_two_layer_mlp():
+    """Issue 32 item 10 as filed: used to raise InaccessibleTensorError (predictions from inside the loop)."""
+    model, x, y = _three_classes(32)
+    dp_model = tfpriv.make_private(model, LOSS, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,
+                                                                noise_multiplier=1.0, clipping="vectorized"),
+                                   num_examples=32, batch_size=8)
+    dp_model.compile(optimizer="sgd", metrics=["accuracy"])
+    assert 0 <= dp_model.fit(x, y, epochs=1, verbose=0).history["accuracy"][0] <= 1
+
+
+REDUCTIONS = [tf.keras.losses.Reduction.SUM, tf.keras.losses.Reduction.AUTO,
+              tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE, tf.keras.losses.Reduction.NONE]
+
+
+@pytest.mark.parametrize("loss", ["sparse_categorical_crossentropy", "SparseCategoricalCrossentropy",
+                                  *[tf.keras.losses.SparseCategoricalCrossentropy(reduction=r) for r in REDUCTIONS],
+                                  tf.keras.losses.sparse_categorical_crossentropy,
+                                  lambda t, p: tf.keras.losses.sparse_categorical_crossentropy(t, p)],
+                         ids=["name", "class-name", *[f"object-{r}" for r in REDUCTIONS], "function", "lambda"])
+def test_keras_loss_names_and_objects_with_any_reduction_give_per_example_values(loss):
+    n = 8
+    model, x, y = _three_classes(n, softmax=True)
+    reduction = getattr(loss, "reduction", None)
+    dp_model = _private(model, loss, n)
+    assert getattr(loss, "reduction", None) == reduction  # the user's object is not changed
+    dp_model.compile(optimizer="sgd")
+    values = dp_model.loss_terms(dp_model.private_inputs((tf.constant(x), tf.constant(y))),
+                                 BatchLayout.single(n)).sample["loss"]
+    np.testing.assert_allclose(values.numpy(), tf.keras.losses.sparse_categorical_crossentropy(y, model(x)).numpy(),
+                               rtol=1e-6)
+    assert dp_model.fit(x, y, epochs=1, verbose=0).history["dropped"] == [0.0]
+
+
+def test_an_unknown_loss_name_is_refused():
+    with pytest.raises(ConfigError, match="^loss: 'crossentropy' is not a Keras loss name"):
+        _private(_mlp(), "crossentropy", N)
+    with pytest.raises(ConfigError, match="^loss: expected"):
+        _private(_mlp(), 3, N)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.privacy.accounting import PrivacyLedger, max_steps_within
+from tfpriv.privacy.accounting import PrivacyLedger, epsilon_for, max_steps_within
 
 
 class PrivacyCallback(tf.keras.callbacks.Callback):
@@ -30,11 +30,11 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.start_steps = int(self.ledger.steps.numpy())
         if self.budget_reached:
-            self.model.stop_training = True
+            raise BudgetExhausted(self.exhausted_message())
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.budget_reached:
-            raise BudgetExhausted()
+        if self.budget_reached:  # e.g. another callback reset stop_training
+            raise BudgetExhausted(self.exhausted_message())
 
     def on_train_batch_end(self, batch, logs=None):
         if self.allowed is not None and int(self.ledger.steps.numpy()) - self.start_steps >= self.allowed:
@@ -45,9 +45,30 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         if logs is not None:
             logs["epsilon"] = self.ledger.epsilon(self.delta, self.accountant)
 
+    def on_train_end(self, logs=None):
+        if self.budget_reached and self.params.get("verbose", 1) != 0:
+            print(self.stopped_message())
+
+    def _spent(self) -> str:
+        steps = self.ledger.total_steps
+        return f"epsilon = {self.ledger.epsilon(self.delta, self.accountant):.4g} at delta = {self.delta:.3g} " \
+               f"after {steps} step{'s' if steps != 1 else ''}"
+
+    def exhausted_message(self) -> str:
+        """Why no step may be taken: the budget, what one more step would spend, what was spent."""
+        next_eps = epsilon_for(self.ledger.segments() + [(self.q, self.noise, 1)], self.delta,
+                               accountant=self.accountant)
+        return (f"max_epsilon={self.max_epsilon:g}: no further step fits in the budget: one more step would reach "
+                f"epsilon = {next_eps:.4g} (sampling rate {self.q:.4g}, noise multiplier {self.noise:.4g}); "
+                f"spent so far: {self._spent()}. Raise max_epsilon or the noise multiplier")
+
+    def stopped_message(self) -> str:
+        """The line printed when training stopped at the budget."""
+        return f"stopped at max_epsilon={self.max_epsilon:g}: {self._spent()}; one more step would exceed the budget"
+
 
 class BudgetExhausted(Exception):
-    """Raised if Keras would start a step after the privacy budget was reached."""
+    """Raised if training would start a step after the privacy budget was reached."""
 
 
 class CheckpointCallback(tf.keras.callbacks.Callback):

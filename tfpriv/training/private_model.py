@@ -1,39 +1,46 @@
 """`make_private`: DP-SGD for a user's own Keras model in one call (cf. Opacus' `make_private`).
 
-    dp_model = tfpriv.make_private(keras_model, loss=per_example_loss_fn,
+    dp_model = tfpriv.make_private(keras_model, loss="sparse_categorical_crossentropy",
                                    config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
                                    num_examples=len(x_train), batch_size=64, delta=1e-5)
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
     history = dp_model.fit(x_train, y_train, epochs=2)    # history.history["epsilon"]
     dp_model.save("m.keras")                              # saves keras_model itself
 
-`per_example_loss_fn(y_true, y_pred)` returns one value per example (a Keras loss with
-`reduction=NONE` works). The wrapped model's loss is one sample-wise term, so each example's
-gradient is clipped at C and the sum noised with std zC (DP-SGD); the engine's ghost-norm rules
-make it one backward pass for Dense and Conv layers.
+`loss` is a Keras loss name, a `tf.keras.losses.Loss` (any reduction: a copy with reduction NONE
+is used) or a function `(y_true, y_pred)` returning one value per example. Out-of-range class
+labels are dropped like non-finite examples (`class_labels`; docs/privacy.md, "Non-finite and
+extreme examples"). The wrapped model's loss is one sample-wise term, so each example's gradient
+is clipped at C and the sum noised with std zC (DP-SGD); the engine's ghost-norm rules make it
+one backward pass for Dense and Conv layers.
 """
 from __future__ import annotations
 
-from typing import Callable
+import copy
+from typing import Callable, Union
 
+import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.engine import finite_examples
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+LossLike = Union[PerExampleLoss, str, tf.keras.losses.Loss]
 
 
 class PrivateModel(DPModel):
     """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y)."""
 
-    def __init__(self, model: tf.keras.Model, loss: PerExampleLoss, config: DPConfig, num_examples: int,
+    def __init__(self, model: tf.keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", f"private_{model.name}"), **kwargs)
         self.model = model
-        self.per_example_loss = loss
+        self.per_example_loss, self.sparse_loss = per_example_loss(loss)
+        object.__setattr__(self, "_output_shape", None)  # y_pred's static shape, once the loss was traced
         self._privacy = dict(dp=config, num_examples=num_examples, delta=delta, max_epsilon=max_epsilon)
 
     def compile(self, optimizer="adam", metrics=None, **kwargs):
@@ -46,10 +53,23 @@ class PrivateModel(DPModel):
     def term_spec(self) -> TermSpec:
         return TermSpec(sample=("loss",))
 
-    def loss_terms(self, data, layout: BatchLayout, training: bool = True) -> LossTerms:
+    def private_inputs(self, data):
+        """(x, y, drop): drop [B] is NaN for an example whose class label is out of range and 0
+        otherwise, so the engine drops that example as it drops non-finite inputs (clip factor 0,
+        counted in `dropped`) instead of the loss aborting the step on it."""
         x, y = _unpack(data)
+        drop = tf.zeros(tf.shape(tf.nest.flatten(x)[0])[:1])
+        _, valid = class_labels(y, self._output_shape, self.sparse_loss)
+        if valid is not None:
+            drop = tf.where(valid, drop, float("nan"))
+        return x, y, drop
+
+    def loss_terms(self, data, layout: BatchLayout, training: bool = True) -> LossTerms:
+        x, y = data[0], data[1]
         y_pred = self.model(x, training=training)
-        object.__setattr__(self, "_predictions", y_pred)  # for the compiled metrics of this step (same graph)
+        # The prediction's static shape says which labels are class indices (`private_inputs`).
+        object.__setattr__(self, "_output_shape", y_pred.shape if isinstance(y_pred, tf.Tensor) else None)
+        y, _ = class_labels(y, self._output_shape, self.sparse_loss)  # a dropped example's label made harmless
         return LossTerms({"loss": _per_example(self.per_example_loss(y, y_pred))})
 
     def step_logs(self, logs: dict) -> dict:
@@ -65,22 +85,77 @@ class PrivateModel(DPModel):
 
     def train_step(self, data):
         logs = super().train_step(data)
-        x, y = _unpack(data)
-        # The per_example path evaluates the loss inside vectorized_map: predict again there.
-        y_pred = self(x, training=False) if self.engine.per_example else self._predictions
-        self.compiled_metrics.update_state(y, y_pred)
+        # A forward pass of its own: the engine's may have run inside a loop (vectorized_map,
+        # map_fn), whose tensors this graph cannot read.
+        self.compiled_metrics.update_state(*self._kept(data))
         return {**logs, **{m.name: m.result() for m in self.compiled_metrics.metrics}}
 
     def test_step(self, data):
-        x, y = _unpack(data)
-        y_pred = self(x, training=False)
-        self._trackers["loss"].update_state(tf.reduce_mean(_per_example(self.per_example_loss(y, y_pred))))
+        y, y_pred = self._kept(data)
+        self._trackers["loss"].update_state(_per_example(self.per_example_loss(y, y_pred)))
         self.compiled_metrics.update_state(y, y_pred)
         return {m.name: m.result() for m in self.metrics}
+
+    def _kept(self, data):
+        """(labels, predictions) of the examples training keeps: not those with NaN/inf inputs or
+        an out-of-range class label, which the engine drops."""
+        data, ok = finite_examples(_unpack(data), tf.shape(tf.nest.flatten(data[0])[0])[0])
+        x, y = data
+        y_pred = self(x, training=False)
+        y, valid = class_labels(y, y_pred.shape if isinstance(y_pred, tf.Tensor) else None, self.sparse_loss)
+        if valid is not None:
+            ok &= valid
+        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, ok), (y, y_pred))
 
     def save(self, filepath, *args, **kwargs):
         """Saves the wrapped Keras model (what was trained; `tf.keras.models.load_model` reads it)."""
         return self.model.save(filepath, *args, **kwargs)
+
+
+def per_example_loss(loss: LossLike) -> tuple[PerExampleLoss, bool]:
+    """(a function of (y_true, y_pred) with one value per example, whether it is sparse categorical).
+
+    `loss`: a Keras loss name ("sparse_categorical_crossentropy"), a `tf.keras.losses.Loss`
+    with any reduction (used through a copy with reduction NONE: DP-SGD clips each example's
+    gradient, so it needs each example's loss), or a function.
+    """
+    if isinstance(loss, str):
+        try:
+            loss = tf.keras.losses.get(loss)
+        except ValueError:
+            raise ConfigError(f"loss: {loss!r} is not a Keras loss name") from None
+    if isinstance(loss, tf.keras.losses.Loss):
+        sparse = isinstance(loss, tf.keras.losses.SparseCategoricalCrossentropy)
+        if loss.reduction != tf.keras.losses.Reduction.NONE:
+            loss = copy.copy(loss)
+            loss.reduction = tf.keras.losses.Reduction.NONE
+        return loss, sparse
+    if not callable(loss):
+        raise ConfigError(f"loss: expected a Keras loss name, a tf.keras.losses.Loss or a function, "
+                          f"got {type(loss).__name__}")
+    return loss, loss is tf.keras.losses.sparse_categorical_crossentropy
+
+
+def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """(y with out-of-range class indices set to 0, valid [B] bool), or (y, None) if y holds no class
+    indices (or the prediction's shape is not known yet).
+
+    y holds class indices into the prediction's last axis (K > 1 classes) when it has the
+    prediction's shape without that axis (or with it as 1) and is integer, or the loss is Keras'
+    sparse categorical crossentropy (which casts float labels to integers). An index outside
+    [0, K) would abort the step inside the loss: a data-dependent crash outside epsilon.
+    """
+    if y_pred_shape is None or not y_pred_shape.rank or not isinstance(y, (tf.Tensor, np.ndarray)):
+        return y, None
+    y = tf.convert_to_tensor(y)
+    k, rank = y_pred_shape[-1], y_pred_shape.rank
+    if k is None or k < 2 or y.shape.rank is None or not (y.dtype.is_integer or sparse):
+        return y, None
+    if not (y.shape.rank == rank - 1 or (y.shape.rank == rank and y.shape[-1] == 1)):
+        return y, None
+    in_range = (y >= tf.zeros([], y.dtype)) & (y < tf.cast(k, y.dtype))
+    valid = tf.reduce_all(tf.reshape(in_range, [tf.shape(y)[0], -1]), axis=1)
+    return tf.where(in_range, y, tf.zeros_like(y)), valid
 
 
 def _unpack(data):
@@ -98,7 +173,7 @@ def _per_example(values: tf.Tensor) -> tf.Tensor:
     return values
 
 
-def make_private(model: tf.keras.Model, loss: PerExampleLoss, config: DPConfig, num_examples: int,
+def make_private(model: tf.keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  batch_size: int, delta: float | None = None, max_epsilon: float | None = None,
                  target_epsilon: float | None = None, epochs: int | None = None) -> PrivateModel:
     """Wraps `model` for DP-SGD with `config` at expected batch size `batch_size` over `num_examples`.

@@ -1,0 +1,46 @@
+"""`PrivacyCallback`: a budget that allows no step is refused with what happened; a budget stop says so."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfpriv
+from tfpriv.privacy.accounting import epsilon_for, max_steps_within
+from tfpriv.training.callbacks import BudgetExhausted
+
+N, B, Z, DELTA = 64, 16, 1.0, 1e-3
+
+
+def _private(max_epsilon: float):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(2)])
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z)
+    dp_model = tfpriv.make_private(model, loss, config, num_examples=N, batch_size=B, delta=DELTA,
+                                   max_epsilon=max_epsilon)
+    dp_model.compile(optimizer="sgd")
+    x = np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32)
+    return dp_model, x, (x[:, 0] > 0).astype(np.int32)
+
+
+def test_a_budget_below_one_step_is_refused_saying_what_one_step_would_spend():
+    one_step = epsilon_for([(B / N, Z, 1)], DELTA)
+    dp_model, x, y = _private(max_epsilon=one_step / 2)
+    with pytest.raises(BudgetExhausted) as info:
+        dp_model.fit(x, y, epochs=1, verbose=0)
+    message = str(info.value)
+    assert message.startswith(f"max_epsilon={one_step / 2:g}: no further step fits in the budget")
+    assert f"epsilon = {one_step:.4g}" in message and "after 0 steps" in message
+    assert dp_model.ledger.total_steps == 0
+
+
+def test_a_budget_stop_prints_epsilon_and_steps(capsys):
+    budget = epsilon_for([(B / N, Z, 6)], DELTA) * 1.0001
+    allowed = max_steps_within(budget, DELTA, B / N, Z)
+    dp_model, x, y = _private(max_epsilon=budget)
+    history = dp_model.fit(x, y, epochs=5, verbose=2)                  # 4 steps an epoch: stops in epoch 2
+    assert allowed == 6 and dp_model.ledger.total_steps == 6 and len(history.history["epsilon"]) == 2
+    spent = epsilon_for([(B / N, Z, 6)], DELTA)
+    assert (f"stopped at max_epsilon={budget:g}: epsilon = {spent:.4g} at delta = 0.001 after 6 steps; "
+            "one more step would exceed the budget") in capsys.readouterr().out
+    with pytest.raises(BudgetExhausted, match=f"spent so far: epsilon = {spent:.4g} at delta = 0.001 after 6 steps"):
+        dp_model.fit(x, y, epochs=1, verbose=0)                        # nothing left: refused
