@@ -361,7 +361,8 @@ class FilterRun(pipeline.TrainingRun):
         head_runs = runs[all_budgets.index(s.budget)]
         head = sweep[all_budgets.index(s.budget)]
         save_filter(head_runs[0]["_game"], filter_dir, {"budget": s.budget, "divergence": s.divergence,
-                                                        "seed": self.seed, "label_epsilon": s.label_epsilon,
+                                                        "seed": self.seed, "release_seed": cfg.release_seed,
+                                                        "label_epsilon": s.label_epsilon,
                                                         **labels})
         self.extra.update(
             sweep=sweep, metrics_std={k: v["std"] for k, v in head["filter"].items()},
