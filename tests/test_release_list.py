@@ -58,7 +58,7 @@ def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str
         return make_private_history(), ""
     common = [f"--output_dir={out}", "--verbose=0", "--sampling=shuffle"]
     args = {
-        "privae": ["--model=privae", "--dataset=mnist", "--architecture=mlp", "--latent_dim=2", "--batch_size=2000",
+        "privae": ["--model=privae", "--dataset=digits", "--architecture=mlp", "--latent_dim=2", "--batch_size=500",
                    "--epochs=1", "--eval_examples=20", "--eval_importance_samples=2", "--noise_multiplier=1.0"],
         "dpwgan_gp": ["--model=dpwgan_gp", "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--capacity=2",
                       "--latent_size=4", "--batch_size=500", "--epochs=1", "--max_steps=2", "--eval_samples=10",
@@ -68,7 +68,8 @@ def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str
                   "--conditional", "--downstream_samples=10", "--downstream_epochs=1"],
         "filter": ["--model=filter", "--dataset=abalone", f"--data_dir={data_dir}", "--aggregation=micro",
                    "--noise_multiplier=1.0", "--vae_epochs=1", "--vae_batch_size=500", "--filter_epochs=1",
-                   "--filter_eval_epochs=1", "--filter_eval_min_steps=10", "--budget=0.5"],
+                   "--filter_eval_epochs=1", "--filter_eval_min_steps=10", "--budget=0.5", "--nogaussian_baseline",
+                   "--nofilter_plots"],
     }[family]
     from tfpriv.gan import cli as gan_cli
     monkeypatch.setattr(gan_cli, "_classifier", lambda s: tiny_classifier())

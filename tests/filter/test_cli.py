@@ -142,6 +142,9 @@ def test_guarantees_name_each_artefact_and_only_the_private_ones_carry_an_epsilo
     assert "that user's part" in multi["filter/"]["guarantee"]
     assert multi["released codes"]["epsilon"] is None  # one user's mlp filter has no bound: none for the release
     assert cli.guarantees(True, 1.0, 1e-5, None, [0.5, 2.0], 1e-5, 10, True)["released codes"]["epsilon"] == 2.0
+    assert "never recorded" in single["released codes"]["guarantee"]
+    seeded = cli.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, False, release_seed=10)["released codes"]
+    assert seeded["epsilon"] is None and "reproducible from --seed (release seed 10)" in seeded["guarantee"]
     # the scope no longer tells a single-user run that its filter saw only "that user's own codes"
     assert "own codes" not in cli.PRIVACY_SCOPE and "without DP" in cli.PRIVACY_SCOPE
 
@@ -158,9 +161,11 @@ def test_a_run_without_seed_prints_each_guarantee_and_records_no_release_seed(tm
     assert g["vae/"]["epsilon"] == stored["epsilon"] == stored["stage1"]["privacy"]["epsilon"]
     assert g["vae/"]["delta"] == stored["delta"] and g["filter/"]["guarantee"].startswith("not private")
     assert g["released codes"]["epsilon"] == stored["filter_epsilon"]
+    assert "OS entropy, never recorded" in g["released codes"]["guarantee"]
     lines = proc.stdout.splitlines()
     assert f"  vae/ stage-1 VAE (encoder, decoder): epsilon = {stored['epsilon']:.4g}" in proc.stdout
     assert any(l.startswith("  filter/ the filter: not private") for l in lines)
+    assert any(l.startswith("  released codes") and "never recorded" in l for l in lines)
     # the release noise came from OS entropy: no seed of it anywhere in what the run wrote
     assert stored["seed"] is None and stored["filter_config"]["release_seed"] is None
     assert json.load(open(out / "filter" / "filter.json"))["release_seed"] is None

@@ -137,23 +137,31 @@ LABEL_SCOPE = ("label-change (epsilon, delta)-DP: one record's private label in 
 
 
 def guarantees(private_stage1: bool, epsilon: float, delta: float, caveat: str | None, filter_epsilons: list,
-               filter_delta: float, train_examples: int, multiuser: bool) -> dict:
+               filter_delta: float, train_examples: int, multiuser: bool, release_seed: int | None = None) -> dict:
     """What each artefact of a filter run is protected by (results.json `guarantees`, printed by train.py):
     the stage-1 VAE by its ledger's epsilon (if private), the filter by nothing (fitted without DP on the
-    training codes), codes released through a linear filter by the largest user's label-change epsilon."""
+    training codes), released codes by the largest user's label-change epsilon, which needs secret filter
+    noise: `release_seed` (from --seed) makes this run's release reproducible and voids it."""
     vae = (guarantee("stage-1 VAE (encoder, decoder)", STAGE1_SCOPE, epsilon, delta, caveat) if private_stage1 else
            guarantee("stage-1 VAE (encoder, decoder)", "trained without DP (--aggregation=none)"))
     fitted_on = ("each user's filter is fitted without DP on the codes and labels of that user's part of the "
                  "training set" if multiuser else
                  f"fitted without DP on the codes and labels of {train_examples} training records")
     label = max(filter_epsilons, key=lambda e: math.inf if e is None else e)
-    released = "codes released through the filter (saved_model/ privatize_*, with a secret seed)"
+    released = "codes released through the filter (this run's; saved_model/ privatize_* with a secret seed)"
+    if label is None or not math.isfinite(label):
+        codes = guarantee(released, "no finite label-change bound (the mlp filter has no closed form)")
+    elif release_seed is not None:
+        codes = guarantee(released, f"this run's release noise is reproducible from --seed (release seed "
+                                    f"{release_seed}), which removes it; with secret noise the label-change "
+                                    f"epsilon would be {label:.4g} at delta = {filter_delta:.3g}")
+    else:
+        codes = guarantee(released, f"{LABEL_SCOPE}; this run's noise: OS entropy, never recorded", label,
+                          filter_delta)
     return {
         "vae/": vae,
         "filter/": guarantee("the filter of each user (filter/user<k>/)" if multiuser else "the filter", fitted_on),
-        "released codes": (guarantee(released, LABEL_SCOPE, label, filter_delta)
-                           if label is not None and math.isfinite(label) else
-                           guarantee(released, "no finite label-change bound (the mlp filter has no closed form)")),
+        "released codes": codes,
         "saved_model/": guarantee("serving signatures of the stage-1 VAE and the filter", "holds filter/"),
         "metrics": guarantee("stage-3 metrics (metrics, raw_metrics, sweep, multiuser) and figures",
                              "classifiers fitted on training codes and labels, released codes of training records"),
@@ -240,6 +248,8 @@ class FilterRun(pipeline.TrainingRun):
     def validate(self) -> None:
         self.resolved = validate(self.s)
         self.seed = self.s.seed if self.s.seed is not None else 0
+        # the filter noise of released codes: secret (OS entropy) unless --seed asks for a reproducible release
+        self.release_seed = None if self.s.seed is None else self.s.seed + 7
 
     def load(self):
         from tfpriv.data import load_dataset
@@ -312,7 +322,7 @@ class FilterRun(pipeline.TrainingRun):
                            eval_epochs=s.filter_eval_epochs, eval_min_steps=s.filter_eval_min_steps,
                            rdp_delta=s.filter_delta, seed=self.seed, adversary_objective=s.adversary_objective,
                            adversary_steps=s.adversary_steps, ema_decay=s.filter_ema, label_epsilon=s.label_epsilon,
-                           release_seed=None if s.seed is None else s.seed + 7)
+                           release_seed=self.release_seed)
         progress(s, "stage 3 on the raw codes (fresh classifiers, mutual information) ...")
         raw = evaluate_codes(codes_train, codes_test, self.ytr, self.yte, self.ncls, cfg)
         logging.info("raw codes: %s", raw)
@@ -378,7 +388,8 @@ class FilterRun(pipeline.TrainingRun):
     def guarantees(self, filter_epsilons: list, train_examples: int) -> dict:
         plan = self.plan
         return guarantees(plan.config.private, self.fit["epsilon"], plan.delta, plan.summary().get("epsilon_caveat"),
-                          filter_epsilons, self.s.filter_delta, train_examples, bool(self.resolved["users"]))
+                          filter_epsilons, self.s.filter_delta, train_examples, bool(self.resolved["users"]),
+                          self.release_seed)
 
     def record(self) -> dict:
         return self.extra
