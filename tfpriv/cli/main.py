@@ -119,7 +119,8 @@ def guarantee_text(entry: dict) -> str:
     """One artefact of results.json's `guarantees`: its epsilon and scope, or why it is not private."""
     if entry.get("epsilon") is None:
         return f"{entry['what']}: {entry['guarantee']}"
-    return f"{entry['what']}: {epsilon_text(entry['epsilon'], entry['delta'], entry.get('caveat'))}, {entry['guarantee']}"
+    epsilon = epsilon_text(entry["epsilon"], entry["delta"], entry.get("caveat"))
+    return f"{entry['what']}: {epsilon}, {entry['guarantee']}"
 
 
 def report(job: Job, output_dir: str, results: dict, mode: str = "train") -> None:

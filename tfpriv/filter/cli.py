@@ -13,9 +13,10 @@ batch size) and `--vae_epochs`; the library's `batch_size`/`epochs` errors name 
 The run's top-level epsilon/delta are that VAE's guarantee only (see `PRIVACY_SCOPE`), also written
 to OUTPUT_DIR/privacy_plan.json before training; results.json's `guarantees` (printed by train.py)
 names each released artefact with its own: the filter is fitted without DP. Codes are released
-with filter noise from OS entropy, never recorded, unless --seed asks for a reproducible release. With a private stage 1, Adult/Abalone features
-are scaled with public constants only (`--feature_scaling=auto` picks `public`; an explicit
-`train`, which uses statistics of the training split, is refused).
+with filter noise from OS entropy, never recorded, unless --seed asks for a reproducible release.
+With a private stage 1, Adult/Abalone features are scaled with public constants only
+(`--feature_scaling=auto` picks `public`; an explicit `train`, which uses statistics of the
+training split, is refused).
 """
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ flags.DEFINE_string("adversary_objective", "ce", "Filter's privacy loss: ce (max
 flags.DEFINE_integer("adversary_steps", 1, "Adversary updates per filter update.")
 flags.DEFINE_float("filter_ema", 0.0, "Release with a moving average of the filter weights, this decay (0: last iterate, paper).")
 flags.DEFINE_float("label_epsilon", None, "Train the (linear) filter so that its label-change epsilon at "
-                   "--filter_delta is at most this (projection during the game; unset: unconstrained).")
+                   "--filter_delta is at most this (projection during the game; unset: unconstrained). It protects "
+                   "codes released with secret noise: without --seed, which makes the release reproducible.")
 flags.DEFINE_float("robust_decoder", 0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).")
 
 
