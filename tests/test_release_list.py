@@ -59,7 +59,8 @@ def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str
     common = [f"--output_dir={out}", "--verbose=0", "--sampling=shuffle"]
     args = {
         "privae": ["--model=privae", "--dataset=digits", "--architecture=mlp", "--latent_dim=2", "--batch_size=500",
-                   "--epochs=1", "--eval_examples=20", "--eval_importance_samples=2", "--noise_multiplier=1.0"],
+                   "--epochs=1", "--eval_examples=20", "--eval_importance_samples=2", "--noise_multiplier=1.0",
+                   "--aggregation=micro", "--regularizer=none"],
         "dpwgan_gp": ["--model=dpwgan_gp", "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--capacity=2",
                       "--latent_size=4", "--batch_size=500", "--epochs=1", "--max_steps=2", "--eval_samples=10",
                       "--num_samples=20"],
