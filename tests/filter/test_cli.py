@@ -97,7 +97,8 @@ def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
 
 def test_the_same_seed_repeats_the_run_exactly(tmp_path, data_dir):
     """--seed fixes every Keras initialiser too (stage-1 VAE, filter, adversaries, evaluation classifiers),
-    not only TF's op seeds: two runs give the same stage-1 losses, metrics and filter weights."""
+    not only TF's op seeds, and the release noise: two runs give the same stage-1 losses, metrics and
+    filter weights."""
     runs = []
     for name in ("a", "b"):
         cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=3, verbose=0, **TINY), str(tmp_path / name))
@@ -105,7 +106,8 @@ def test_the_same_seed_repeats_the_run_exactly(tmp_path, data_dir):
         runs.append((stored, load_filter(str(tmp_path / name / "filter"))))
     (a, fa), (b, fb) = runs
     assert a["stage1"]["history"] == b["stage1"]["history"]
-    assert a["metrics"] == b["metrics"]
+    assert a["metrics"] == b["metrics"]  # the released codes too: --seed asked for a reproducible release
+    assert a["filter_config"]["release_seed"] == 3 + 7
     np.testing.assert_array_equal(fa.noise_matrix, fb.noise_matrix)
     np.testing.assert_array_equal(fa.label_matrix, fb.label_matrix)
 
@@ -126,3 +128,44 @@ def test_budget_message_is_exact(tmp_path):
 
 def test_sample_mode_is_not_a_filter_job():
     assert cli.JOB.sample is None  # train.py refuses --mode=sample for --model=filter (tests/cli)
+
+
+def test_guarantees_name_each_artefact_and_only_the_private_ones_carry_an_epsilon():
+    single = cli.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, multiuser=False)
+    assert (single["vae/"]["epsilon"], single["vae/"]["delta"]) == (2.178, 1e-5)
+    assert single["filter/"]["epsilon"] is None and single["filter/"]["guarantee"].startswith("not private")
+    assert "3341 training records" in single["filter/"]["guarantee"]
+    assert single["released codes"]["epsilon"] == 0.9 and "label-change" in single["released codes"]["guarantee"]
+    assert single["saved_model/"]["epsilon"] is None and single["metrics"]["epsilon"] is None
+    multi = cli.guarantees(False, float("inf"), 1e-5, None, [0.5, None], 1e-5, 3341, multiuser=True)
+    assert multi["vae/"]["epsilon"] is None and "--aggregation=none" in multi["vae/"]["guarantee"]
+    assert "that user's part" in multi["filter/"]["guarantee"]
+    assert multi["released codes"]["epsilon"] is None  # one user's mlp filter has no bound: none for the release
+    assert cli.guarantees(True, 1.0, 1e-5, None, [0.5, 2.0], 1e-5, 10, True)["released codes"]["epsilon"] == 2.0
+    assert "never recorded" in single["released codes"]["guarantee"]
+    seeded = cli.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, False, release_seed=10)["released codes"]
+    assert seeded["epsilon"] is None and "reproducible from --seed (release seed 10)" in seeded["guarantee"]
+    # the scope no longer tells a single-user run that its filter saw only "that user's own codes"
+    assert "own codes" not in cli.PRIVACY_SCOPE and "without DP" in cli.PRIVACY_SCOPE
+
+
+def test_a_run_without_seed_prints_each_guarantee_and_records_no_release_seed(tmp_path, capsys, data_dir):
+    out = tmp_path / "run"
+    proc = train_py("--model=filter", "--dataset=abalone", f"--data_dir={data_dir}", f"--output_dir={out}",
+                    "--aggregation=micro", "--noise_multiplier=1.0", "--vae_batch_size=500", "--vae_epochs=1",
+                    "--filter_epochs=2", "--filter_eval_epochs=1", "--filter_eval_min_steps=10", "--budget=0.5",
+                    "--nofilter_plots", "--verbose=0", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr
+    stored = json.load(open(out / "results.json"))
+    g = stored["guarantees"]
+    assert g["vae/"]["epsilon"] == stored["epsilon"] == stored["stage1"]["privacy"]["epsilon"]
+    assert g["vae/"]["delta"] == stored["delta"] and g["filter/"]["guarantee"].startswith("not private")
+    assert g["released codes"]["epsilon"] == stored["filter_epsilon"]
+    assert "OS entropy, never recorded" in g["released codes"]["guarantee"]
+    lines = proc.stdout.splitlines()
+    assert f"  vae/ stage-1 VAE (encoder, decoder): epsilon = {stored['epsilon']:.4g}" in proc.stdout
+    assert any(l.startswith("  filter/ the filter: not private") for l in lines)
+    assert any(l.startswith("  released codes") and "never recorded" in l for l in lines)
+    # the release noise came from OS entropy: no seed of it anywhere in what the run wrote
+    assert stored["seed"] is None and stored["filter_config"]["release_seed"] is None
+    assert json.load(open(out / "filter" / "filter.json"))["release_seed"] is None

@@ -10,8 +10,8 @@ from tfpriv.filter.architectures import build_classifier
 from tfpriv.filter.divergence import estimate_precision
 from tfpriv.filter.filters import LinearFilter, MLPFilter
 from tfpriv.filter.game import FilterGame
-from tfpriv.filter.pipeline import (FilterConfig, LabelPrivacyError, evaluate_codes, filter_privacy, run_budget,
-                                    train_filter)
+from tfpriv.filter.pipeline import (FilterConfig, LabelPrivacyError, evaluate_codes, filter_privacy,
+                                    release_and_evaluate, run_budget, train_filter)
 
 
 def _latents(n, seed):
@@ -132,3 +132,33 @@ def test_label_epsilon_needs_the_linear_filter():
     with pytest.raises(UsageError, match="^label_epsilon: needs the linear filter"):
         FilterGame(MLPFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
                    estimate_precision(z), 2, label_epsilon=3.0)
+
+
+def test_privatize_draws_secret_noise_unless_given_a_seeded_generator():
+    """The label-change guarantee assumes the filter noise is secret: without a generator it comes from OS
+    entropy, so the global seeds (which --seed or a default would fix) do not reproduce it."""
+    z, y = _latents(200, 0)
+    game = _game(z, budget=1.0)
+    releases = []
+    for _ in range(2):
+        tf.keras.utils.set_random_seed(7)
+        releases.append(game.privatize(z, y["private"]))
+    assert np.abs(releases[0] - releases[1]).min() > 0
+    seeded = [game.privatize(z, y["private"], np.random.default_rng(5)) for _ in range(2)]
+    np.testing.assert_array_equal(seeded[0], seeded[1])
+
+
+def test_released_codes_differ_between_runs_without_a_release_seed_and_repeat_with_one():
+    ztr, ytr = _latents(300, 0)
+    zte, yte = _latents(100, 1)
+    nc = {"private": 2, "utility": 2}
+    precision = estimate_precision(ztr)
+    cfg = FilterConfig(epochs=1, classifier_kind="linear", eval_epochs=1, eval_min_steps=1)
+    game = train_filter(ztr, ytr["private"], ytr["utility"], 2, 2, precision, cfg)
+
+    def released(release_seed):
+        c = dataclasses.replace(cfg, release_seed=release_seed)
+        return release_and_evaluate(game, ztr, zte, ytr, yte, nc, precision, c, gaussian=False)["_release_test"]
+
+    assert np.abs(released(None) - released(None)).min() > 0
+    np.testing.assert_array_equal(released(3), released(3))

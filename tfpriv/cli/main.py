@@ -110,17 +110,35 @@ def execute(job: Job, settings, output_dir: str) -> dict:
     return job.run(settings, output_dir)
 
 
+def epsilon_text(eps: float, delta: float, caveat: str | None) -> str:
+    """`epsilon = E at delta = D`, with the epsilon's caveat (shuffled batches) on the same line."""
+    return f"epsilon = {eps:.4g} at delta = {delta:.3g}" + (f" [caveat: {caveat}]" if caveat else "")
+
+
+def guarantee_text(entry: dict) -> str:
+    """One artefact of results.json's `guarantees`: its epsilon and scope, or why it is not private."""
+    if entry.get("epsilon") is None:
+        return f"{entry['what']}: {entry['guarantee']}"
+    epsilon = epsilon_text(entry["epsilon"], entry["delta"], entry.get("caveat"))
+    return f"{entry['what']}: {epsilon}, {entry['guarantee']}"
+
+
 def report(job: Job, output_dir: str, results: dict, mode: str = "train") -> None:
-    """What a finished run prints: epsilon (or that there is none), a budget stop, the metrics."""
+    """What a finished run prints: epsilon (or that there is none) with its caveat, or each released
+    artefact's guarantee when the run releases artefacts under different ones; a budget stop; the metrics."""
     if mode == "sample":
         print(f"{results.get('num_samples')} samples written to {results.get('samples')}"
               + (f" (grid: {results['grid']})" if results.get("grid") else ""))
         return
     eps = results.get("epsilon")
-    if eps is None or (isinstance(eps, float) and math.isinf(eps)):
+    if results.get("guarantees"):
+        print(f"released artefacts and their guarantees (results: {output_dir}/results.json):")
+        for name, entry in results["guarantees"].items():
+            print(f"  {name} {guarantee_text(entry)}")
+    elif eps is None or (isinstance(eps, float) and math.isinf(eps)):
         print(f"non-private run: no privacy guarantee (epsilon = inf). Results: {output_dir}/results.json")
     else:
-        print(f"epsilon = {eps:.4g} at delta = {results.get('delta'):.3g} "
+        print(f"{epsilon_text(eps, results.get('delta'), results.get('epsilon_caveat'))} "
               f"({results.get('aggregation')}, effective noise multiplier "
               f"{results.get('effective_noise_multiplier', float('nan')):.4g}, {results.get('steps')} steps). "
               f"Results: {output_dir}/results.json")

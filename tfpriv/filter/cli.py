@@ -10,14 +10,18 @@ Stage 1 is non-private unless `--aggregation=micro` (DP-SGD) or `batch` is given
 is trained with the shared DP flags (`--l2_norm_clip`, `--noise_multiplier` or `--epsilon`,
 `--delta`, `--sampling`, `--max_epsilon`) and the filter's `--vae_batch_size` (expected Poisson
 batch size) and `--vae_epochs`; the library's `batch_size`/`epochs` errors name those flags.
-The run's top-level epsilon/delta are that VAE's guarantee (see `PRIVACY_SCOPE`), also written
-to OUTPUT_DIR/privacy_plan.json before training. With a private stage 1, Adult/Abalone features
-are scaled with public constants only (`--feature_scaling=auto` picks `public`; an explicit
-`train`, which uses statistics of the training split, is refused).
+The run's top-level epsilon/delta are that VAE's guarantee only (see `PRIVACY_SCOPE`), also written
+to OUTPUT_DIR/privacy_plan.json before training; results.json's `guarantees` (printed by train.py)
+names each released artefact with its own: the filter is fitted without DP. Codes are released
+with filter noise from OS entropy, never recorded, unless --seed asks for a reproducible release.
+With a private stage 1, Adult/Abalone features are scaled with public constants only
+(`--feature_scaling=auto` picks `public`; an explicit `train`, which uses statistics of the
+training split, is refused).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 
@@ -30,6 +34,7 @@ from tfpriv.cli.job import Job, PrivateSettings
 from tfpriv.cli.pipeline import Built, need, progress
 from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.training.results import guarantee
 from tfpriv.training.tuner import NEUTRAL_KEYS, Objective
 
 DEFAULT_TASKS = {  # dataset -> (private, utility, non-target)
@@ -71,7 +76,8 @@ flags.DEFINE_string("adversary_objective", "ce", "Filter's privacy loss: ce (max
 flags.DEFINE_integer("adversary_steps", 1, "Adversary updates per filter update.")
 flags.DEFINE_float("filter_ema", 0.0, "Release with a moving average of the filter weights, this decay (0: last iterate, paper).")
 flags.DEFINE_float("label_epsilon", None, "Train the (linear) filter so that its label-change epsilon at "
-                   "--filter_delta is at most this (projection during the game; unset: unconstrained).")
+                   "--filter_delta is at most this (projection during the game; unset: unconstrained). It protects "
+                   "codes released with secret noise: without --seed, which makes the release reproducible.")
 flags.DEFINE_float("robust_decoder", 0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).")
 
 
@@ -117,12 +123,51 @@ class FilterSettings(PrivateSettings):
 
 PRIVACY_SCOPE = (
     "epsilon/delta: record-level (add-or-remove-one) DP of the stage-1 VAE's weights with respect to the "
-    "training examples it was fitted on (RDP accountant, Poisson-sampled Gaussian). Not covered: the "
-    "per-user stage 2 (each user's filter is fitted on that user's own codes; its label-change RDP is "
-    "filter_rdp / filter_epsilon) and the stage-3 evaluation. The data loader's preprocessing is inside the "
-    "guarantee: with a private stage 1, Adult/Abalone features are scaled with public constants only "
-    "(feature_scaling = public: the public schema, census top-codes, abalone.names' published Mean/SD), "
-    "never with statistics of the training split.")
+    "training examples it was fitted on (RDP accountant, Poisson-sampled Gaussian); nothing else. Not covered "
+    "(see `guarantees`): stage 2, whose filter is fitted without DP on the codes and labels of the training "
+    "records (in a single-user run all of them, or the first --filter_train_subset; in a multi-user run each "
+    "user's filter on the records of that user's part), so its weights and saved_model/ are not private; "
+    "codes released through a linear filter with secret noise have only the label-change guarantee "
+    "filter_rdp / filter_epsilon (one record's private label in its own released code, given that code and "
+    "the filter); the stage-3 evaluation. The data loader's preprocessing is inside the guarantee: with a "
+    "private stage 1, Adult/Abalone features are scaled with public constants only (feature_scaling = public: "
+    "the public schema, census top-codes, abalone.names' published Mean/SD), never with statistics of the "
+    "training split.")
+STAGE1_SCOPE = "(epsilon, delta)-DP per training record (add-or-remove-one), from the stage-1 ledger"
+LABEL_SCOPE = ("label-change (epsilon, delta)-DP: one record's private label in its own released code, given its "
+               "code and the filter, with secret filter noise; not record-level DP")
+
+
+def guarantees(private_stage1: bool, epsilon: float, delta: float, caveat: str | None, filter_epsilons: list,
+               filter_delta: float, train_examples: int, multiuser: bool, release_seed: int | None = None) -> dict:
+    """What each artefact of a filter run is protected by (results.json `guarantees`, printed by train.py):
+    the stage-1 VAE by its ledger's epsilon (if private), the filter by nothing (fitted without DP on the
+    training codes), released codes by the largest user's label-change epsilon, which needs secret filter
+    noise: `release_seed` (from --seed) makes this run's release reproducible and voids it."""
+    vae = (guarantee("stage-1 VAE (encoder, decoder)", STAGE1_SCOPE, epsilon, delta, caveat) if private_stage1 else
+           guarantee("stage-1 VAE (encoder, decoder)", "trained without DP (--aggregation=none)"))
+    fitted_on = ("each user's filter is fitted without DP on the codes and labels of that user's part of the "
+                 "training set" if multiuser else
+                 f"fitted without DP on the codes and labels of {train_examples} training records")
+    label = max(filter_epsilons, key=lambda e: math.inf if e is None else e)
+    released = "codes released through the filter (this run's; saved_model/ privatize_* with a secret seed)"
+    if label is None or not math.isfinite(label):
+        codes = guarantee(released, "no finite label-change bound (the mlp filter has no closed form)")
+    elif release_seed is not None:
+        codes = guarantee(released, f"this run's release noise is reproducible from --seed (release seed "
+                                    f"{release_seed}), which removes it; with secret noise the label-change "
+                                    f"epsilon would be {label:.4g} at delta = {filter_delta:.3g}")
+    else:
+        codes = guarantee(released, f"{LABEL_SCOPE}; this run's noise: OS entropy, never recorded", label,
+                          filter_delta)
+    return {
+        "vae/": vae,
+        "filter/": guarantee("the filter of each user (filter/user<k>/)" if multiuser else "the filter", fitted_on),
+        "released codes": codes,
+        "saved_model/": guarantee("serving signatures of the stage-1 VAE and the filter", "holds filter/"),
+        "metrics": guarantee("stage-3 metrics (metrics, raw_metrics, sweep, multiuser) and figures",
+                             "classifiers fitted on training codes and labels, released codes of training records"),
+    }
 
 
 def budgets(s: FilterSettings) -> list[float]:
@@ -205,6 +250,8 @@ class FilterRun(pipeline.TrainingRun):
     def validate(self) -> None:
         self.resolved = validate(self.s)
         self.seed = self.s.seed if self.s.seed is not None else 0
+        # the filter noise of released codes: secret (OS entropy) unless --seed asks for a reproducible release
+        self.release_seed = None if self.s.seed is None else self.s.seed + 7
 
     def load(self):
         from tfpriv.data import load_dataset
@@ -276,7 +323,8 @@ class FilterRun(pipeline.TrainingRun):
                            classifier_kind=s.filter_classifier or CLASSIFIER_KIND[s.dataset],
                            eval_epochs=s.filter_eval_epochs, eval_min_steps=s.filter_eval_min_steps,
                            rdp_delta=s.filter_delta, seed=self.seed, adversary_objective=s.adversary_objective,
-                           adversary_steps=s.adversary_steps, ema_decay=s.filter_ema, label_epsilon=s.label_epsilon)
+                           adversary_steps=s.adversary_steps, ema_decay=s.filter_ema, label_epsilon=s.label_epsilon,
+                           release_seed=self.release_seed)
         progress(s, "stage 3 on the raw codes (fresh classifiers, mutual information) ...")
         raw = evaluate_codes(codes_train, codes_test, self.ytr, self.yte, self.ncls, cfg)
         logging.info("raw codes: %s", raw)
@@ -301,6 +349,7 @@ class FilterRun(pipeline.TrainingRun):
             self.extra["multiuser"] = mu
             u1 = mu["users"][0]
             self.extra["filter_rdp"], self.extra["filter_epsilon"] = u1["filter_rdp"], u1["filter_epsilon"]
+            self.extra["guarantees"] = self.guarantees([u["filter_epsilon"] for u in mu["users"]], len(codes_train))
             self.extra["wall_seconds"] = time.time() - self.started
             return {k: u1["released"][k] for k in
                     ("private_accuracy", "private_auroc", "utility_accuracy", "utility_auroc", "mutual_information")}
@@ -324,16 +373,25 @@ class FilterRun(pipeline.TrainingRun):
         head_runs = runs[all_budgets.index(s.budget)]
         head = sweep[all_budgets.index(s.budget)]
         save_filter(head_runs[0]["_game"], filter_dir, {"budget": s.budget, "divergence": s.divergence,
-                                                        "seed": self.seed, "label_epsilon": s.label_epsilon,
+                                                        "seed": self.seed, "release_seed": cfg.release_seed,
+                                                        "label_epsilon": s.label_epsilon,
                                                         **labels})
         self.extra.update(
             sweep=sweep, metrics_std={k: v["std"] for k, v in head["filter"].items()},
             filter_rdp=head_runs[0]["filter"]["filter_rdp"], filter_epsilon=head_runs[0]["filter"]["filter_epsilon"],
             filter_train_examples=len(codes_train[sub]), filter_seconds=[r["seconds"] for r in head_runs])
+        # only repeat 0's filter is saved (filter/) and served
+        self.extra["guarantees"] = self.guarantees([head_runs[0]["filter"]["filter_epsilon"]], len(codes_train[sub]))
         if s.filter_plots:
             _figures(self.output_dir, s.dataset, sweep, codes_test, head_runs[0], self.yte, stage1, ds)
         self.extra["wall_seconds"] = time.time() - self.started
         return {k: v["mean"] for k, v in head["filter"].items()}
+
+    def guarantees(self, filter_epsilons: list, train_examples: int) -> dict:
+        plan = self.plan
+        return guarantees(plan.config.private, self.fit["epsilon"], plan.delta, plan.summary().get("epsilon_caveat"),
+                          filter_epsilons, self.s.filter_delta, train_examples, bool(self.resolved["users"]),
+                          self.release_seed)
 
     def record(self) -> dict:
         return self.extra

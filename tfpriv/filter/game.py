@@ -192,9 +192,13 @@ class FilterGame(tf.keras.Model):
                 v.assign(shadow)
         self.project_label_shift()
 
-    def privatize(self, z: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
-        """Filtered codes z̃ for codes z and private labels y (fresh filter noise)."""
-        if seed is not None:
-            tf.random.set_seed(seed)  # the filter noise only: no Keras initialiser runs here
+    def privatize(self, z: np.ndarray, y: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Filtered codes z̃ for codes z and private labels y, with fresh filter noise w from `rng`.
+
+        The label-change guarantee (tfpriv.filter.rdp) holds only if w is secret, so `rng=None`
+        draws it from a generator seeded with OS entropy that nothing records; pass a seeded
+        generator only when the release is meant to be reproducible."""
+        rng = np.random.default_rng() if rng is None else rng
+        noise = rng.standard_normal((len(z), self.filter_layer.noise_dim)).astype(np.float32)
         onehot = tf.one_hot(tf.cast(np.asarray(y), tf.int32), self.num_private_classes)
-        return self.filter_layer(tf.convert_to_tensor(z, tf.float32), onehot).numpy()
+        return self.filter_layer(tf.convert_to_tensor(z, tf.float32), onehot, noise=tf.constant(noise)).numpy()

@@ -38,6 +38,7 @@ def run_multiuser(codes_train: np.ndarray, codes_test: np.ndarray, labels_train:
     parts_train = partition(len(codes_train), num_parts, cfg.seed)
     parts_test = partition(len(codes_test), num_parts, cfg.seed + 1)
     rel_train, rel_test = codes_train.copy(), codes_test.copy()
+    release = np.random.default_rng(cfg.release_seed)  # secret noise unless a release seed is given
     out = {"num_parts": num_parts, "users": [], "_games": []}
     role_labels = []
     for k, user in enumerate(users):
@@ -50,8 +51,8 @@ def run_multiuser(codes_train: np.ndarray, codes_test: np.ndarray, labels_train:
         game = pipeline.train_filter(codes_train[own], ytr["private"][own], ytr["utility"][own],
                                      ncls["private"], ncls["utility"], precision, ucfg)
         seconds = time.time() - t0
-        rel_train[own] = game.privatize(codes_train[own], ytr["private"][own])
-        rel_test[own_test] = game.privatize(codes_test[own_test], yte["private"][own_test])
+        rel_train[own] = game.privatize(codes_train[own], ytr["private"][own], release)
+        rel_test[own_test] = game.privatize(codes_test[own_test], yte["private"][own_test], release)
         entry = {"user": k + 1, "private_label": user.private, "utility_label": user.utility,
                  "train_examples": int(len(own)), "filter_seconds": seconds,
                  "divergence_train": game.history[-1]["divergence"] if game.history else None}

@@ -40,7 +40,10 @@ class FilterConfig:
     adversary_steps: int = 1
     ema_decay: float = 0.0
     label_epsilon: float | None = None  # target label-change ε at rdp_delta (None: unconstrained)
-    seed: int = 0
+    seed: int = 0  # the filter game's and the evaluation's randomness (not the release noise)
+    # The release noise: None draws it from OS entropy, never recorded (the label-change guarantee
+    # assumes it is secret); an integer makes the released codes reproducible by anyone who knows it.
+    release_seed: int | None = None
 
 
 def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, num_utility: int,
@@ -103,11 +106,11 @@ def release_and_evaluate(game: FilterGame, codes_train: np.ndarray, codes_test: 
                          labels_train: Mapping[str, np.ndarray], labels_test: Mapping[str, np.ndarray],
                          num_classes: Mapping[str, int], precision: np.ndarray, cfg: FilterConfig,
                          gaussian: bool = True) -> dict:
-    """Releases train/test codes through a trained filter and, at the same budget, the Gaussian
-    mechanism; evaluates both with fresh classifiers."""
-    tf.keras.utils.set_random_seed(cfg.seed + 7)
-    rel_train = game.privatize(codes_train, labels_train["private"])
-    rel_test = game.privatize(codes_test, labels_test["private"])
+    """Releases train/test codes through a trained filter (noise from `cfg.release_seed`: secret when
+    None) and, at the same budget, the Gaussian mechanism; evaluates both with fresh classifiers."""
+    release = np.random.default_rng(cfg.release_seed)
+    rel_train = game.privatize(codes_train, labels_train["private"], release)
+    rel_test = game.privatize(codes_test, labels_test["private"], release)
     res = {"budget": cfg.budget, "seed": cfg.seed, "train_log": game.history[-1] if game.history else {}}
     res["filter"] = evaluate_codes(rel_train, rel_test, labels_train, labels_test, num_classes, cfg)
     res["filter"]["divergence_test"] = div.mean_divergence(cfg.divergence, rel_test - codes_test, precision)

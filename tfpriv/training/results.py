@@ -29,6 +29,21 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+NOT_PRIVATE = "not private"
+
+
+def guarantee(what: str, scope: str, epsilon: float | None = None, delta: float | None = None,
+              caveat: str | None = None) -> dict:
+    """One entry of results.json's `guarantees` (artefact -> entry): what the artefact is, its
+    (epsilon, delta) with the adjacency and data they refer to (`scope`), or, with `epsilon=None`,
+    "not private" and why (`scope`). `caveat`: a qualification of the epsilon (shuffled batches)."""
+    entry = {"what": what, "epsilon": epsilon, "delta": delta if epsilon is not None else None,
+             "guarantee": scope if epsilon is not None else f"{NOT_PRIVATE}: {scope}"}
+    if caveat:
+        entry["caveat"] = caveat
+    return entry
+
+
 def write_json(path: str, record: Any, **dump_options) -> str:
     """Writes `record` as JSON to `path` atomically: a reader (or a restart after a crash) sees the
     old file or the complete new one, never a partial file.

@@ -1,0 +1,36 @@
+"""What `train.py` prints when a run finishes (`tfpriv.cli.main.report`)."""
+from tfpriv.cli import main as cli_main
+from tfpriv.data.sampling import SHUFFLE_CAVEAT
+from tfpriv.filter.cli import guarantees
+
+RESULTS = {"epsilon": 2.5, "delta": 1e-5, "aggregation": "micro", "effective_noise_multiplier": 1.1, "steps": 40,
+           "metrics": {}}
+
+
+def printed(results, capsys) -> list[str]:
+    capsys.readouterr()
+    cli_main.report(cli_main.JOBS["privae"], "out", results)
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_epsilon_line_carries_the_shuffle_caveat(capsys):
+    lines = printed({**RESULTS, "epsilon_caveat": SHUFFLE_CAVEAT}, capsys)
+    (line,) = [l for l in lines if "epsilon = " in l]
+    assert line.startswith("epsilon = 2.5 at delta = 1e-05 [caveat: epsilon assumes Poisson sampling; batches were "
+                           "drawn by shuffling")
+    assert "caveat" not in "".join(printed(RESULTS, capsys))  # Poisson sampling: no caveat
+
+
+def test_a_filter_run_prints_each_artefact_with_its_own_guarantee(capsys):
+    record = guarantees(True, 2.178, 1e-5, SHUFFLE_CAVEAT, [0.9], 1e-5, 3341, multiuser=False)
+    lines = printed({**RESULTS, "epsilon": 2.178, "guarantees": record}, capsys)
+    by_artefact = {l.split()[0]: l for l in lines[1:]}
+    assert by_artefact["vae/"].startswith("  vae/ stage-1 VAE (encoder, decoder): epsilon = 2.178 at delta = 1e-05 "
+                                          "[caveat: epsilon assumes Poisson")
+    assert "per training record" in by_artefact["vae/"]
+    assert by_artefact["filter/"] == ("  filter/ the filter: not private: fitted without DP on the codes and labels "
+                                      "of 3341 training records")
+    assert "label-change" in by_artefact["released"] and "epsilon = 0.9 at delta = 1e-05" in by_artefact["released"]
+    assert by_artefact["saved_model/"].endswith("not private: holds filter/")
+    assert "not private" in by_artefact["metrics"]
+    assert not any(l.startswith("epsilon = ") for l in lines)  # no bare epsilon that reads as the filter's
