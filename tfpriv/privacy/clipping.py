@@ -413,8 +413,9 @@ class FastPass:
                 if not from_instantiated[layer_id]:
                     # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
                     add(rule.kernel(tap.layer), rule.kernel_sum(tap, g_w, alive))
-                if rule.bias(tap.layer) is not None:
-                    add(rule.bias(tap.layer), tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
+                bias = rule.bias(tap.layer)
+                if bias is not None:  # bias rows are flat [R, n_bias]; the bias may have several axes
+                    add(bias, tf.reshape(tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0), bias.shape))
             elif isinstance(rule, rules.RowSparseRule):
                 g_w, _ = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
                 table = rule.table(tap.layer)

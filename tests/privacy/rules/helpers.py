@@ -21,9 +21,15 @@ def check_rule(layer: tf.keras.layers.Layer, x: np.ndarray, rule_name: str, clip
     term-wise (per-partition norms and sums) and in micro mode (each example with the batch's term).
     """
     tf.keras.utils.set_random_seed(0)
-    integer = np.issubdtype(np.asarray(x).dtype, np.integer)
-    dtype = tf.int32 if integer else tf.float32
+    dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
     model = tf.keras.Sequential([tf.keras.Input(x.shape[1:], dtype=dtype), layer])
+    check_model(model, x, {layer.name: rule_name}, clip, batch_terms)
+
+
+def check_model(model: tf.keras.Model, x: np.ndarray, rule_names: dict[str, str], clip: float = 0.5,
+                batch_terms: bool = False) -> None:
+    """`check_rule` for a whole model: rule_names maps layer names to the rules they must get."""
+    dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
 
     def loss_fn(inputs, layout: BatchLayout):
         out = tf.tanh(model(inputs))
@@ -41,7 +47,8 @@ def check_rule(layer: tf.keras.layers.Layer, x: np.ndarray, rule_name: str, clip
         config = DPConfig(aggregation="micro", l2_norm_clip=clip, expected_batch_size=float(n), clipped_sum=clipped_sum,
                           max_batch_size=n + 1 if batch_terms else None)
         engine = DPGradientEngine(config, model, WITH_BATCH if batch_terms else SPEC)
-        assert engine.recorder.rules[id(layer)].name == rule_name
+        recorder = engine.recorder
+        assert {layer.name: recorder.rules[id(layer)].name for layer in recorder.layers} == rule_names
         out = engine.clipped_sums(loss_fn, x)
         grads = ref.per_example_sample_grads(loss_fn, x, engine.variables)
         if batch_terms:

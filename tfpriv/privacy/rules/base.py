@@ -71,7 +71,7 @@ class FactorRule(LayerRule):
         raise NotImplementedError
 
     def bias_rows(self, tap: Tap, grad: tf.Tensor) -> tf.Tensor:
-        """Per-row bias gradient [R, n_bias]."""
+        """Per-row bias gradient [R, n_bias], flattened if the bias has several axes."""
         raise NotImplementedError
 
     def kernel_sum(self, tap: Tap, grad: tf.Tensor, alive: tf.Tensor) -> tf.Tensor:
