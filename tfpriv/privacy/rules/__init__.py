@@ -1,10 +1,11 @@
 """Per-layer rules for per-example gradient norms and clipped sums without per-example gradients.
 
-One file per rule: `dense.py`, `einsum_dense.py`, `conv1d.py`, `conv2d.py`, `conv2d_transpose.py` (bilinear rules: a row's kernel
-gradient is sum_t U_t ⊗ V_t, so norms come as ghost norms or directly, sums by book-keeping),
-`embedding.py` (row-sparse: a row's table gradient is sum_t e_{id_t} ⊗ g_t),
-`layer_normalization.py` (per-example gradients in closed form), and `layer_fallback.py` (any other layer: per-example gradients of that layer alone by a
-vectorised local VJP). The contract is `base.py`. Adding a rule is one file plus its test
+One file per rule. Bilinear (a row's kernel gradient is sum_t U_t ⊗ V_t, so norms come as ghost
+norms or directly, sums by book-keeping): `dense.py`, `einsum_dense.py` (also MultiHeadAttention's
+parts), `conv1d.py`, `conv2d.py`, `conv2d_transpose.py`. Row-sparse (a row's table gradient is
+sum_t e_{id_t} ⊗ g_t): `embedding.py`. Per-example gradients in closed form:
+`layer_normalization.py`, `group_normalization.py`. Any other layer: `layer_fallback.py`
+(per-example gradients of that layer alone by a vectorised local VJP). The contract is `base.py`. Adding a rule is one file plus its test
 (tests/privacy/rules/), then `register(rule)`.
 """
 from __future__ import annotations
@@ -16,11 +17,12 @@ from tfpriv.privacy.rules.conv2d_transpose import Conv2DTransposeRule
 from tfpriv.privacy.rules.dense import DenseRule
 from tfpriv.privacy.rules.einsum_dense import EinsumDenseRule
 from tfpriv.privacy.rules.embedding import EmbeddingRule
+from tfpriv.privacy.rules.group_normalization import GroupNormalizationRule
 from tfpriv.privacy.rules.layer_fallback import PerLayerFallback
 from tfpriv.privacy.rules.layer_normalization import LayerNormalizationRule
 
 REGISTRY: list[LayerRule] = [DenseRule(), Conv2DRule(), Conv2DTransposeRule(), EmbeddingRule(), Conv1DRule(),
-                             LayerNormalizationRule(), EinsumDenseRule()]
+                             LayerNormalizationRule(), GroupNormalizationRule(), EinsumDenseRule()]
 FALLBACK = PerLayerFallback()
 
 
@@ -37,5 +39,5 @@ def register(rule: LayerRule) -> None:
     REGISTRY.insert(0, rule)
 
 
-__all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "EinsumDenseRule", "EmbeddingRule", "FALLBACK", "FactorRule", "LayerNormalizationRule", "LayerRule",
+__all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "EinsumDenseRule", "EmbeddingRule", "FALLBACK", "FactorRule", "GroupNormalizationRule", "LayerNormalizationRule", "LayerRule",
            "PerExampleRule", "PerLayerFallback", "REGISTRY", "RowSparseRule", "Tap", "register", "rule_for"]
