@@ -109,6 +109,11 @@ class PerExampleRule(LayerRule):
         raise NotImplementedError
 
 
+def per_example_sums(rows: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
+    """[R, ...] rows laid out example-major (R = k * batch size) -> [B, ...] summed per example."""
+    return tf.reduce_sum(tf.reshape(rows, tf.concat([[batch_size, -1], tf.shape(rows)[1:]], 0)), axis=1)
+
+
 def mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
     keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([tf.rank(x) - 1], tf.int32)], 0))

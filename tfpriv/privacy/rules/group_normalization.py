@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.privacy.rules.base import Layer, PerExampleRule
-from tfpriv.privacy.rules.layer_normalization import per_example_sums
+from tfpriv.privacy.rules.base import Layer, PerExampleRule, per_example_sums
 
 
 class GroupNormalizationRule(PerExampleRule):

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.privacy.rules.base import Layer, PerExampleRule
-
-
-def per_example_sums(rows: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
-    """[R, ...] rows laid out example-major -> [B, ...] summed per example."""
-    shape = tf.shape(rows)
-    return tf.reduce_sum(tf.reshape(rows, tf.concat([[batch_size, -1], shape[1:]], 0)), axis=1)
+from tfpriv.privacy.rules.base import Layer, PerExampleRule, per_example_sums
 
 
 class LayerNormalizationRule(PerExampleRule):
