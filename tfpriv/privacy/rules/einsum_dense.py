@@ -49,31 +49,31 @@ class EinsumDenseRule(FactorRule):
         return activation_tail(layer, out, None), z
 
     @staticmethod
-    def _letters(layer) -> tuple[str, str, str, str, str]:
-        """(lhs, kernel, out, position letters in lhs order, contracted letters then free letters in kernel order)."""
+    def _letters(layer) -> tuple[str, str, str, str, str, str]:
+        """(lhs, kernel, out, position letters in lhs order, contracted and free letters in kernel order)."""
         lhs, kernel, out = split_equation(layer.equation)
         positions = "".join(c for c in lhs[1:] if c in out)
         contracted = "".join(c for c in kernel if c in lhs)
         free = "".join(c for c in kernel if c in out)
-        return lhs, kernel, out, positions, contracted + free
+        return lhs, kernel, out, positions, contracted, free
 
     def factors(self, tap, grad):
-        lhs, kernel, out, positions, _ = self._letters(tap.layer)
-        contracted = "".join(c for c in kernel if c in lhs)
-        free = "".join(c for c in kernel if c in out)
+        lhs, kernel, out, positions, contracted, free = self._letters(tap.layer)
         rows = tf.shape(grad)[0]
         x = tf.transpose(tf.cast(tap.inputs, grad.dtype), [lhs.index(c) for c in lhs[0] + positions + contracted])
         g = tf.transpose(grad, [out.index(c) for c in out[0] + positions + free])
-        shape = dict(zip(kernel, self.kernel(tap.layer).shape))
-        u = tf.reshape(x, [rows, -1, int(np.prod([shape[c] for c in contracted]))])
-        v = tf.reshape(g, [rows, -1, int(np.prod([shape[c] for c in free]))])
+        size = dict(zip(kernel, self.kernel(tap.layer).shape))
+        u = tf.reshape(x, [rows, -1, int(np.prod([size[c] for c in contracted]))])
+        v = tf.reshape(g, [rows, -1, int(np.prod([size[c] for c in free]))])
         return u, v
 
     def kernel_from_outer(self, layer, outer):
-        _, kernel, _, _, order = self._letters(layer)
-        shape = dict(zip(kernel, self.kernel(layer).shape))
+        # outer [..., C, F] flattened -> [..., *C axes, *F axes] -> the kernel's own axis order.
+        _, kernel, _, _, contracted, free = self._letters(layer)
+        order = contracted + free
+        size = dict(zip(kernel, self.kernel(layer).shape))
         lead = outer.shape.rank - 2
-        split = tf.reshape(outer, tf.concat([tf.shape(outer)[:lead], [shape[c] for c in order]], 0))
+        split = tf.reshape(outer, tf.concat([tf.shape(outer)[:lead], [size[c] for c in order]], 0))
         return tf.transpose(split, list(range(lead)) + [lead + order.index(c) for c in kernel])
 
     def bias_rows(self, tap, grad):
