@@ -164,8 +164,8 @@ def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 
         h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
     keras_model = tf.keras.Model(tokens, L.Dense(num_classes)(L.GlobalAveragePooling1D()(h)))
     loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-    return tfpriv.make_private(keras_model, loss, DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0),
-                               num_examples=1000, batch_size=batch_size)
+    config = DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0)
+    return tfpriv.make_private(keras_model, loss, config, num_examples=1000, batch_size=batch_size)
 
 
 def median_clips(model, config: DPConfig, inputs, seed: int = 0) -> DPConfig:

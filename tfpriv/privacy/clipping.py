@@ -273,9 +273,9 @@ class FastPass:
                     total += tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(bias), axis=1)), axis=1)
             elif kind == "rows":
                 ids, values = q  # padded slots: index 0 with zero values, which adds nothing
-                total += _row_sparse_sq_norms(tf.reshape(layout.gather(ids), [layout.num_partitions, -1]),
-                                              tf.reshape(layout.gather(values), [layout.num_partitions, -1, values.shape[-1]]),
-                                              self._table(layer_id).shape[0])
+                ids = tf.reshape(layout.gather(ids), [layout.num_partitions, -1])
+                values = tf.reshape(layout.gather(values), [layout.num_partitions, -1, values.shape[-1]])
+                total += _row_sparse_sq_norms(ids, values, self._table(layer_id).shape[0])
             else:
                 for g in q:
                     summed = tf.math.unsorted_segment_sum(g, layout.partition_ids, layout.num_partitions)

@@ -16,7 +16,8 @@ def test_row_sparse_norms_sum_the_values_of_repeated_indices():
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape,vocab", [([6, 5], 4), ([6, 2, 3], 7), ([6, 1], 50)], ids=["repeats", "rank3", "one-token"])
+@pytest.mark.parametrize("shape,vocab", [([6, 5], 4), ([6, 2, 3], 7), ([6, 1], 50)],
+                         ids=["repeats", "rank3", "one-token"])
 def test_embedding(shape, vocab):
     ids = np.random.default_rng(1).integers(0, vocab, size=shape)
     check_rule(tf.keras.layers.Embedding(vocab, 3), ids, "embedding", batch_terms=True)

@@ -43,5 +43,7 @@ def register(rule: LayerRule) -> None:
     REGISTRY.insert(0, rule)
 
 
-__all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "DepthwiseConv2DRule", "EinsumDenseRule", "EmbeddingRule", "FALLBACK", "FactorRule", "GroupNormalizationRule", "LayerNormalizationRule", "LayerRule",
-           "PerExampleRule", "PerLayerFallback", "REGISTRY", "RowSparseRule", "SeparableConv2DRule", "Tap", "register", "rule_for"]
+__all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "DepthwiseConv2DRule", "EinsumDenseRule",
+           "EmbeddingRule", "FALLBACK", "FactorRule", "GroupNormalizationRule", "LayerNormalizationRule", "LayerRule",
+           "PerExampleRule", "PerLayerFallback", "REGISTRY", "RowSparseRule", "SeparableConv2DRule", "Tap", "register",
+           "rule_for"]

@@ -17,7 +17,8 @@ class EmbeddingRule(RowSparseRule):
 
     def forward(self, layer, original_call, inputs, kwargs):
         if not isinstance(inputs, tf.Tensor):
-            raise TypeError(f"{layer.name}: the DP engine's Embedding rule needs dense token ids, got {type(inputs).__name__}")
+            raise TypeError(f"{layer.name}: the DP engine's Embedding rule needs dense token ids, "
+                            f"got {type(inputs).__name__}")
         out = original_call(inputs, **kwargs)
         return out, out
 
