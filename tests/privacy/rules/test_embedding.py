@@ -4,8 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.privacy.rules.helpers import check_make_private, check_rule
+from tests.privacy import reference as ref
+from tests.privacy.rules.helpers import SPEC, check_make_private, check_rule
 from tfpriv.privacy.clipping import _row_sparse_sq_norms
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.terms import LossTerms
 
 
 def test_row_sparse_norms_sum_the_values_of_repeated_indices():
@@ -35,3 +39,31 @@ def test_make_private_trains_an_embedding_model_on_the_fast_path():
     model = tf.keras.Sequential([L.Input([6], dtype=tf.int32), L.Embedding(20, 4, name="emb"),
                                  L.GlobalAveragePooling1D(), L.Dense(2, name="out")])
     check_make_private(model, ids, labels, {"emb": "embedding", "out": "dense"})
+
+
+@pytest.mark.parametrize("clipped_sum", ["bookkeeping", "reweight"])
+def test_a_nan_example_is_dropped_and_leaves_the_others_rows_alone(clipped_sum):
+    """Example 1's output gradient is NaN (its float input is): its norm is non-finite, it is dropped,
+    and the clipped sum equals that of the batch without it, though it reads the same table rows."""
+    L = tf.keras.layers
+    tf.keras.utils.set_random_seed(0)
+    ids_in, scale_in = L.Input([4], dtype=tf.int32), L.Input([4])
+    embedding = L.Embedding(5, 3)
+    h = embedding(ids_in) * scale_in[:, :, None]
+    model = tf.keras.Model([ids_in, scale_in], L.Dense(2)(L.Flatten()(h)))
+
+    def loss_fn(inputs, layout):
+        return LossTerms({"phi": tf.reduce_sum(tf.square(model(list(inputs))), axis=1)})
+
+    ids = tf.constant([[1, 2, 2, 0], [2, 2, 1, 3], [4, 1, 1, 1]], tf.int32)
+    scale = np.ones([3, 4], np.float32)
+    scale[1, 2] = np.nan
+    engine = DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=0.1, expected_batch_size=3.0,
+                                       clipped_sum=clipped_sum), model, SPEC)
+    assert engine.recorder.rules[id(embedding)].name == "embedding"
+    out = engine.clipped_sums(loss_fn, (ids, tf.constant(scale)))
+    keep = [0, 2]
+    without = engine.clipped_sums(loss_fn, (tf.gather(ids, keep), tf.constant(scale[keep])))
+    assert float(out["dropped"]) == 1.0
+    np.testing.assert_allclose(ref.flat(out["sample"]), ref.flat(without["sample"]), rtol=1e-6)
+    assert np.all(np.isfinite(ref.flat(out["sample"])))
