@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfpriv.audit.coupling import CoupledRandomness
 from tfpriv.audit.sensitivity import TOLERANCE, audit_sensitivity
-from tfpriv.audit.sweep import Case, build_vae, digits_batch, run_case, with_declared_sensitivity
+from tfpriv.audit.sweep import TEXT_MODELS, Case, build_vae, digits_batch, run_case, with_declared_sensitivity
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import BatchLayout
 
@@ -42,6 +42,16 @@ def test_make_private_added_example_moves_the_sum_by_c():
     assert result["declared_sensitivity"] == 1.0
     assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE)
     assert "flipped" in result["max_ratio_by_kind"]
+
+
+@pytest.mark.parametrize("model", TEXT_MODELS)
+def test_token_classifiers_added_example_moves_the_sum_by_c(model):
+    """Embedding (repeated token ids), attention and LayerNorm on the fast path: every example clipped, an
+    added one moves the sum by exactly C (an underestimated norm would move it by more, ratio > 1)."""
+    result = run_case(Case(model, "micro"), clips={"l2_norm_clip": 1e-3}, **FAST)
+    assert result["declared_sensitivity"] == 1.0
+    assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE)
+    assert {"remove", "copy", "flipped"} <= set(result["max_ratio_by_kind"])
 
 
 def test_gan_critic_ratio_at_most_one():

@@ -10,7 +10,7 @@ SAMPLE_ONLY = TermSpec(sample=("rec", "reg"))
 
 
 def conv_model(seed: int = 0) -> tf.keras.Model:
-    """Conv2D -> Conv2DTranspose -> Dense on a rank-3 input -> LayerNorm (fallback) -> Dense."""
+    """Conv2D -> Conv2DTranspose -> Dense on a rank-3 input -> LayerNorm -> PReLU (fallback) -> Dense."""
     tf.keras.utils.set_random_seed(seed)
     x = tf.keras.Input([6, 6, 2])
     h = tf.keras.layers.Conv2D(3, 3, strides=2, padding="same", activation="tanh")(x)
@@ -20,7 +20,8 @@ def conv_model(seed: int = 0) -> tf.keras.Model:
     h = tf.keras.layers.Reshape([5, 10])(h)
     h = tf.keras.layers.Dense(5, activation="tanh")(h)          # rank-3 input: T = 5 positions
     h = tf.keras.layers.Flatten()(h)
-    h = tf.keras.layers.LayerNormalization()(h)                  # no fast rule: vectorised fallback
+    h = tf.keras.layers.LayerNormalization()(h)
+    h = tf.keras.layers.PReLU(alpha_initializer=tf.keras.initializers.Constant(0.3))(h)  # no fast rule: fallback
     out = tf.keras.layers.Dense(4)(h)
     return tf.keras.Model(x, out)
 

@@ -8,7 +8,7 @@ from tfpriv.privacy.terms import BatchLayout, LossTerms
 
 
 def flat(grads) -> np.ndarray:
-    return np.concatenate([np.reshape(g.numpy(), [-1]) for g in grads])
+    return np.concatenate([np.reshape(tf.convert_to_tensor(g).numpy(), [-1]) for g in grads])
 
 
 def clip(vec: np.ndarray, c: float) -> np.ndarray:

@@ -212,7 +212,7 @@ def test_verify_accepts_the_supported_layers():
     model = models.conv_model()
     engine = make_engine(model)
     rules = sorted({engine.recorder.rules[id(layer)].name for layer in engine.recorder.layers})
-    assert rules == ["conv2d", "conv2d_transpose", "dense", "per_layer"]
+    assert rules == ["conv2d", "conv2d_transpose", "dense", "layer_normalization", "per_layer"]
     assert engine.verify(models.make_loss_fn(model, shared_twice=True), tf.random.normal([6, 6, 6, 2])) is None
 
 

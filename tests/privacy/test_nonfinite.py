@@ -232,8 +232,8 @@ def test_conv_ghost_norms_of_an_extreme_example_match_the_jacobian_path():
 
 
 def overflow_model() -> tf.keras.Model:
-    """A linear layer that overflows to inf on features of 3e38, then LayerNormalization (the fast
-    path's per-layer fallback), which turns it into NaN."""
+    """A linear layer that overflows to inf on features of 3e38, then LayerNormalization (per-example
+    gradients in closed form on the fast path), which turns it into NaN."""
     tf.keras.utils.set_random_seed(0)
     return tf.keras.Sequential([tf.keras.Input([7]), tf.keras.layers.Dense(4), tf.keras.layers.LayerNormalization(),
                                 tf.keras.layers.Dense(3)])

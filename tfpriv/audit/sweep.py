@@ -5,7 +5,10 @@ Models (tiny, deterministic from a seed):
     widths), priors normal / sparse, divergences none / mmd / kl_pq;
   * DP-WGAN-GP critic: `make_dpwgan_gp` at a tiny capacity, micro (the only private GAN mode),
     clipping per_example (the gradient penalty is second order), optionally class-conditional;
-  * `make_private` on a linear softmax classifier (DP-SGD on a per-example loss).
+  * `make_private` on a linear softmax classifier (DP-SGD on a per-example loss);
+  * `make_private` on token classifiers: Embedding -> pooled Dense ("embedding"), and a
+    transformer block, Embedding -> self-attention + residual -> LayerNorm -> pooled Dense
+    ("transformer"), on the digits quantised to tokens (`TEXT_MODELS`).
 Modes: micro (with a batch-wise term: max_batch_size = B + 1, so every neighbour is below the cap;
 and "micro_cap", max_batch_size = B, so an added example crosses the cap and the batch is
 skipped), batch, termwise b = 2, 4 and singleton partitions (b = 0).
@@ -37,7 +40,7 @@ MODES = (("micro", None), ("batch", None), ("termwise", 2), ("termwise", 4), ("t
 class Case:
     """One configuration of the sweep."""
 
-    model: str                 # "vae" | "dpwgan_gp" | "make_private"
+    model: str                 # "vae" | "dpwgan_gp" | "make_private" | one of TEXT_MODELS
     aggregation: str
     num_partitions: int | None = None
     prior: str | None = None
@@ -69,7 +72,7 @@ def default_cases() -> list[Case]:
     the divergences), the GAN critic and make_private."""
     cap = [Case("vae", "micro", None, prior, div, at_cap=True) for prior in PRIORS for div in DIVERGENCES if div != "none"]
     return (vae_cases() + cap + [Case("dpwgan_gp", "micro"), Case("dpwgan_gp", "micro", conditional=True),
-                                 Case("make_private", "micro")])
+                                 Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS])
 
 
 # -- controls: configurations that leak, which the audit must flag --------------------------------
@@ -138,6 +141,33 @@ def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: floa
                                num_examples=1000, batch_size=batch_size)
 
 
+# -- token classifiers (the Embedding, EinsumDense/MultiHeadAttention and LayerNormalization rules) --
+TEXT_MODELS = ("embedding", "transformer")
+VOCAB = 10  # = the digits' classes, so the audit's flipped examples ((id + 1) mod 10) stay in the vocabulary
+
+
+def digit_tokens(images: np.ndarray, length: int = 16) -> np.ndarray:
+    """[n, 8, 8, 1] images in [0, 1] -> [n, length] token ids in [0, VOCAB): every 64/length-th pixel, quantised."""
+    flat = images.reshape(len(images), -1)[:, ::64 // length]
+    return np.minimum((flat * VOCAB).astype(np.int32), VOCAB - 1)
+
+
+def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 0, clip: float = 1.0,
+                          batch_size: int = 8):
+    """`make_private` on a token classifier of `kind` in TEXT_MODELS (the PrivateModel it returns)."""
+    import tfpriv
+    L = tf.keras.layers
+    tf.keras.utils.set_random_seed(seed)
+    tokens = L.Input([length], dtype=tf.int32)
+    h = L.Embedding(VOCAB, 8)(tokens)
+    if kind == "transformer":
+        h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
+    keras_model = tf.keras.Model(tokens, L.Dense(num_classes)(L.GlobalAveragePooling1D()(h)))
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    config = DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0)
+    return tfpriv.make_private(keras_model, loss, config, num_examples=1000, batch_size=batch_size)
+
+
 def median_clips(model, config: DPConfig, inputs, seed: int = 0) -> DPConfig:
     """`config` with its clip norms set to the median unclipped norm of the batch's groups
     (partitions drawn from the seeded noise stream, the loss's randomness from `model.rng`)."""
@@ -176,6 +206,10 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     elif case.model == "make_private":
         model = build_classifier(int(np.prod(images.shape[1:])), 10, seed=seed, batch_size=batch_size)
         x, kwargs = (images.reshape(batch_size, -1), labels), {"num_classes": 10}
+    elif case.model in TEXT_MODELS:
+        tokens = digit_tokens(images)
+        model = build_text_classifier(case.model, tokens.shape[1], 10, seed=seed, batch_size=batch_size)
+        x, kwargs = (tokens, labels), {"num_classes": VOCAB}
     else:
         raise ValueError(f"case.model: unknown model {case.model!r}")
     # Reproducible loss randomness (a GAN's fakes, the VAE's draws while the clips are set).

@@ -93,6 +93,25 @@ def _balanced(u: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.where(zero, 0.0, u * scale), tf.where(zero, 0.0, v / scale)
 
 
+def _row_sparse_sq_norms(ids: tf.Tensor, values: tf.Tensor, table_rows: int) -> tf.Tensor:
+    """||sum_t e_{ids_gt} ⊗ values_gt||_F^2 per group for ids [G, T], values [G, T, w].
+
+    Values sharing a (group, index) pair are summed before squaring: the norm is
+    sum over pairs with equal indices of <g_t, g_s>, in O(G T w) rather than O(G T^2 w).
+    """
+    groups = tf.shape(ids)[0]
+    key = tf.range(tf.cast(groups, tf.int64))[:, None] * table_rows + ids
+    unique, slot = tf.unique(tf.reshape(key, [-1]))
+    summed = tf.math.unsorted_segment_sum(tf.reshape(values, [-1, values.shape[-1]]), slot, tf.size(unique))
+    return tf.math.unsorted_segment_sum(tf.reduce_sum(tf.square(summed), axis=1), unique // table_rows, groups)
+
+
+def _row_sparse_sum(ids: tf.Tensor, values: tf.Tensor, table: tf.Variable) -> tf.Tensor:
+    """sum_t e_{ids_t} ⊗ values_t over all rows: a dense gradient of `table`'s shape."""
+    flat = tf.reshape(values, [-1, values.shape[-1]])
+    return tf.reshape(tf.math.unsorted_segment_sum(flat, tf.reshape(ids, [-1]), table.shape[0]), table.shape)
+
+
 def _flat_sq(x: tf.Tensor) -> tf.Tensor:
     """Sum of squares over all but the first axis."""
     return tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]), axis=1)
@@ -170,6 +189,16 @@ class FastPass:
             self._cache[key] = _balanced(u, v)
         return self._cache[key]
 
+    def _layer_rows(self, layer_id: int, grads: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        """ids [B, T], values [B, T, w] of a row-sparse layer, its calls concatenated along T."""
+        taps = self.recorder.taps
+        ids, values = [], []
+        for k in self.by_layer[layer_id]:
+            i, v = taps[k].rule.rows(taps[k], grads[k])
+            ids.append(tf.reshape(i, [self.batch_size, -1]))
+            values.append(tf.reshape(v, [self.batch_size, -1, v.shape[-1]]))
+        return tf.concat(ids, axis=1), tf.concat(values, axis=1)
+
     def _layer_per_example(self, layer_id: int, grads: list[tf.Tensor]) -> list[tf.Tensor]:
         """Per-example gradients [B, *w.shape] of a fallback layer, summed over its calls."""
         taps = self.recorder.taps
@@ -193,10 +222,15 @@ class FastPass:
                 rule = self.recorder.taps[ks[0]].rule
                 if isinstance(rule, rules.FactorRule):
                     out[layer_id] = ("factor", self._layer_factors(layer_id, grads))
+                elif isinstance(rule, rules.RowSparseRule):
+                    out[layer_id] = ("rows", self._layer_rows(layer_id, grads))
                 else:
                     out[layer_id] = ("dense", self._layer_per_example(layer_id, grads))
             self._cache[which] = out
         return self._cache[which]
+
+    def _table(self, layer_id: int) -> tf.Variable:
+        return self.recorder.layer_vars[layer_id][0]
 
     # -- norms ------------------------------------------------------------------------------
     def sample_sq_norms(self) -> tf.Tensor:
@@ -212,6 +246,8 @@ class FastPass:
                     total += _outer_sq_norms(outer)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(bias), axis=1)
+            elif kind == "rows":
+                total += _row_sparse_sq_norms(*q, self._table(layer_id).shape[0])
             else:
                 total += tf.add_n([_flat_sq(g) for g in q])
         return total
@@ -235,6 +271,11 @@ class FastPass:
                     total += _outer_sq_norms(outer)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(bias), axis=1)), axis=1)
+            elif kind == "rows":
+                ids, values = q  # padded slots: index 0 with zero values, which adds nothing
+                ids = tf.reshape(layout.gather(ids), [layout.num_partitions, -1])
+                values = tf.reshape(layout.gather(values), [layout.num_partitions, -1, values.shape[-1]])
+                total += _row_sparse_sq_norms(ids, values, self._table(layer_id).shape[0])
             else:
                 for g in q:
                     summed = tf.math.unsorted_segment_sum(g, layout.partition_ids, layout.num_partitions)
@@ -264,6 +305,14 @@ class FastPass:
                 cross = tf.reduce_sum(tf.einsum("bti,ij->btj", u_phi, m) * v_phi, axis=[1, 2])
                 if mb is not None:
                     cross += tf.linalg.matvec(b_phi, mb)
+            elif kind == "rows":
+                table = self._table(layer_id)
+                m = tf.reshape(_row_sparse_sum(*q_psi, table), [table.shape[0], -1])
+                shared += tf.reduce_sum(tf.square(m))
+                if q_phi is None:
+                    continue
+                ids, values = q_phi  # <grad phi_i, M> = sum_t <g_t, M[id_t]>
+                cross = tf.reduce_sum(values * tf.gather(m, ids), axis=[1, 2])
             else:
                 cross = tf.zeros([self.batch_size])
                 for j, g_psi in enumerate(q_psi):
@@ -275,6 +324,19 @@ class FastPass:
         return total + shared
 
     # -- weighted sums ------------------------------------------------------------------------
+    def _weighted_output_grad(self, pairs) -> tuple[tf.Tensor, tf.Tensor]:
+        """sum over (output gradient, per-example coefficient) pairs of the row-weighted gradient,
+        rows with coefficient 0 exactly 0 (even if NaN/inf), and which rows count [R]."""
+        g_w, alive = None, None
+        for g, coef in pairs:
+            if g is not None:
+                row_coef = _row_coefficients(coef, tf.shape(g)[0], self.batch_size, g.shape.rank)
+                term = tf.where(row_coef != 0.0, g * row_coef, 0.0)
+                g_w = term if g_w is None else g_w + term
+                keep = tf.reshape(row_coef, [-1]) != 0.0
+                alive = keep if alive is None else alive | keep
+        return g_w, alive
+
     def _instantiated_sum(self, layer_id: int, c_phi: tf.Tensor, c_psi: tf.Tensor | None) -> tf.Tensor | None:
         """The layer's weighted kernel gradient [du, dv] from its instantiated per-group gradients.
 
@@ -347,19 +409,17 @@ class FastPass:
                         add(rule.kernel(tap.layer), rule.kernel_from_outer(tap.layer, kernel))
                 if from_instantiated[layer_id] and rule.bias(tap.layer) is None:
                     continue
-                g_w, alive = None, None
-                for g, coef in ((g_phi, c_phi), (g_psi, psi_example)):
-                    if g is not None:
-                        row_coef = _row_coefficients(coef, tf.shape(g)[0], self.batch_size, g.shape.rank)
-                        term = tf.where(row_coef != 0.0, g * row_coef, 0.0)
-                        g_w = term if g_w is None else g_w + term
-                        keep = tf.reshape(row_coef, [-1]) != 0.0
-                        alive = keep if alive is None else alive | keep
+                g_w, alive = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
                 if not from_instantiated[layer_id]:
                     # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
                     add(rule.kernel(tap.layer), rule.kernel_sum(tap, g_w, alive))
-                if rule.bias(tap.layer) is not None:
-                    add(rule.bias(tap.layer), tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0))
+                bias = rule.bias(tap.layer)
+                if bias is not None:  # bias rows are flat [R, n_bias]; the bias may have several axes
+                    add(bias, tf.reshape(tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0), bias.shape))
+            elif isinstance(rule, rules.RowSparseRule):
+                g_w, _ = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
+                table = rule.table(tap.layer)
+                add(table, _row_sparse_sum(*rule.rows(tap, g_w), table))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
                 per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]

@@ -7,28 +7,93 @@ import tensorflow as tf
 from tests.privacy import reference as ref
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
-from tfpriv.privacy.terms import LossTerms, TermSpec
+from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 SPEC = TermSpec(sample=("phi",))
+WITH_BATCH = TermSpec(sample=("phi",), batch=("psi",))
 
 
-def check_rule(layer: tf.keras.layers.Layer, x: np.ndarray, rule_name: str, clip: float = 0.5) -> None:
-    """Asserts `layer` gets `rule_name` and that the engine's clipped sum equals the naive loop."""
+def check_rule(layer: tf.keras.layers.Layer, x: np.ndarray, rule_name: str, clip: float = 0.5,
+               batch_terms: bool = False) -> None:
+    """Asserts `layer` gets `rule_name` and that the engine's clipped sum equals the naive loop.
+
+    Integer `x` (token ids) is passed as int32. `batch_terms`: also a batch-wise term, checked
+    term-wise (per-partition norms and sums) and in micro mode (each example with the batch's term).
+    """
     tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.Input(x.shape[1:]), layer])
+    dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
+    model = tf.keras.Sequential([tf.keras.Input(x.shape[1:], dtype=dtype), layer])
+    check_model(model, x, {layer.name: rule_name}, clip, batch_terms)
 
-    def loss_fn(inputs, layout):
-        out = model(inputs)
-        return LossTerms({"phi": tf.reduce_sum(tf.reshape(tf.tanh(out), [tf.shape(out)[0], -1]) ** 2, axis=1)})
 
-    x = tf.constant(x, tf.float32)
+def check_model(model: tf.keras.Model, x: np.ndarray, rule_names: dict[str, str], clip: float = 0.5,
+                batch_terms: bool = False) -> None:
+    """`check_rule` for a whole model: rule_names maps layer names to the rules they must get."""
+    dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
+
+    def loss_fn(inputs, layout: BatchLayout):
+        out = tf.tanh(model(inputs))
+        out = tf.reshape(out, [tf.shape(out)[0], -1])
+        terms = {"phi": tf.reduce_sum(out ** 2, axis=1)}
+        if not batch_terms:
+            return LossTerms(terms)
+        counts = tf.reduce_sum(layout.mask, axis=1)
+        mean = tf.reduce_sum(layout.gather(out), axis=1) / tf.maximum(counts, 1.0)[:, None]
+        return LossTerms(terms, {"psi": tf.reduce_sum(tf.square(mean - 0.3), axis=1) * tf.cast(counts > 0, tf.float32)})
+
+    x = tf.constant(x, dtype)
+    n = len(x)
     for clipped_sum in ("bookkeeping", "reweight"):
-        engine = DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=clip, expected_batch_size=float(len(x)),
-                                           clipped_sum=clipped_sum), model, SPEC)
-        assert engine.recorder.rules[id(layer)].name == rule_name
+        config = DPConfig(aggregation="micro", l2_norm_clip=clip, expected_batch_size=float(n), clipped_sum=clipped_sum,
+                          max_batch_size=n + 1 if batch_terms else None)
+        engine = DPGradientEngine(config, model, WITH_BATCH if batch_terms else SPEC)
+        recorder = engine.recorder
+        assert {layer.name: recorder.rules[id(layer)].name for layer in recorder.layers} == rule_names
         out = engine.clipped_sums(loss_fn, x)
         grads = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+        if batch_terms:
+            shared = ref.grad_of(loss_fn, x, engine.variables, "batch")
+            micro = [g + shared for g in grads]
+            np.testing.assert_allclose(np.sqrt(out["micro_sq_norms"].numpy()), [np.linalg.norm(g) for g in micro],
+                                       rtol=1e-4)
+            np.testing.assert_allclose(ref.flat(out["sample"]) + ref.flat(out["batch"]),
+                                       np.sum([ref.clip(g, clip) for g in micro], axis=0), rtol=1e-4, atol=1e-6)
+            check_termwise(engine.variables, model, loss_fn, x, clip, clipped_sum)
         np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), [np.linalg.norm(g) for g in grads],
                                    rtol=1e-4)
-        want = np.sum([ref.clip(g, clip) for g in grads], axis=0)
-        np.testing.assert_allclose(ref.flat(out["sample"]), want, rtol=1e-4, atol=1e-6)
+        if not batch_terms:
+            want = np.sum([ref.clip(g, clip) for g in grads], axis=0)
+            np.testing.assert_allclose(ref.flat(out["sample"]), want, rtol=1e-4, atol=1e-6)
+
+
+def check_termwise(variables, model, loss_fn, x: tf.Tensor, clip: float, clipped_sum: str) -> None:
+    """Term-wise with 3 partitions: per-partition norms and clipped sums of the batch-wise term."""
+    config = DPConfig(aggregation="termwise", l2_norm_clip=clip, batch_clip=clip / 2, num_partitions=3,
+                      expected_batch_size=float(len(x)), clipped_sum=clipped_sum, seed=1)
+    engine = DPGradientEngine(config, model, WITH_BATCH)
+    out = engine.clipped_sums(loss_fn, x)
+    pid = out["layout"].partition_ids.numpy()
+    grads = ref.per_partition_batch_grads(loss_fn, x, variables, pid, 3)
+    np.testing.assert_allclose(np.sqrt(out["partition_sq_norms"].numpy()), [np.linalg.norm(g) for g in grads],
+                               rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(ref.flat(out["batch"]), np.sum([ref.clip(g, clip / 2) for g in grads], axis=0),
+                               rtol=1e-4, atol=1e-6)
+
+
+def check_make_private(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray, rule_names: dict[str, str]) -> None:
+    """`make_private` + `fit` trains `keras_model` on the fast path and reports ε.
+
+    rule_names: layer name -> the rule its variables must get (not the per-layer fallback).
+    """
+    import tfpriv
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+    batch = 16
+    dp_model = tfpriv.make_private(keras_model, loss=loss,
+                                   config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0),
+                                   num_examples=len(x), batch_size=batch, delta=1e-5)
+    dp_model.compile(optimizer="adam", metrics=["accuracy"])
+    history = dp_model.fit(x, y, epochs=1, verbose=0)
+    recorder = dp_model.engine.recorder
+    got = {layer.name: recorder.rules[id(layer)].name for layer in recorder.layers}
+    assert {name: got.get(name) for name in rule_names} == rule_names
+    assert history.history["epsilon"][-1] > 0 and np.isfinite(history.history["loss"][-1])

@@ -24,7 +24,7 @@ class ScaledDense(tf.keras.layers.Dense):
 
 def test_layers_without_a_rule_use_the_per_layer_fallback():
     x = np.random.default_rng(0).normal(size=[5, 4])
-    check_rule(tf.keras.layers.LayerNormalization(), x, "per_layer")
+    check_rule(tf.keras.layers.PReLU(), x, "per_layer")
     check_rule(ScaledDense(3), x, "per_layer")
 
 

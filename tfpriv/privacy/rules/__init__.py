@@ -1,20 +1,32 @@
 """Per-layer rules for per-example gradient norms and clipped sums without per-example gradients.
 
-One file per rule: `dense.py`, `conv2d.py`, `conv2d_transpose.py` (bilinear rules: a row's kernel
-gradient is sum_t U_t ⊗ V_t, so norms come as ghost norms or directly, sums by book-keeping),
-and `layer_fallback.py` (any other layer: per-example gradients of that layer alone by a
-vectorised local VJP). The contract is `base.py`. Adding a rule is one file plus its test
+One file per rule. Bilinear (a row's kernel gradient is sum_t U_t ⊗ V_t, so norms come as ghost
+norms or directly, sums by book-keeping): `dense.py`, `einsum_dense.py` (also MultiHeadAttention's
+parts), `conv1d.py`, `conv2d.py`, `conv2d_transpose.py`. Row-sparse (a row's table gradient is
+sum_t e_{id_t} ⊗ g_t): `embedding.py`. Per-example gradients in closed form (small variables):
+`layer_normalization.py`, `group_normalization.py`, `depthwise_conv2d.py`, `separable_conv2d.py`.
+Any other layer: `layer_fallback.py` (per-example gradients of that layer alone by a vectorised
+local VJP). The contract is `base.py`. Adding a rule is one file plus its test
 (tests/privacy/rules/), then `register(rule)`.
 """
 from __future__ import annotations
 
-from tfpriv.privacy.rules.base import FactorRule, Layer, LayerRule, Tap
+from tfpriv.privacy.rules.base import FactorRule, Layer, LayerRule, PerExampleRule, RowSparseRule, Tap
+from tfpriv.privacy.rules.conv1d import Conv1DRule
 from tfpriv.privacy.rules.conv2d import Conv2DRule
 from tfpriv.privacy.rules.conv2d_transpose import Conv2DTransposeRule
 from tfpriv.privacy.rules.dense import DenseRule
+from tfpriv.privacy.rules.depthwise_conv2d import DepthwiseConv2DRule
+from tfpriv.privacy.rules.einsum_dense import EinsumDenseRule
+from tfpriv.privacy.rules.embedding import EmbeddingRule
+from tfpriv.privacy.rules.group_normalization import GroupNormalizationRule
 from tfpriv.privacy.rules.layer_fallback import PerLayerFallback
+from tfpriv.privacy.rules.layer_normalization import LayerNormalizationRule
+from tfpriv.privacy.rules.separable_conv2d import SeparableConv2DRule
 
-REGISTRY: list[LayerRule] = [DenseRule(), Conv2DRule(), Conv2DTransposeRule()]
+REGISTRY: list[LayerRule] = [DenseRule(), Conv2DRule(), Conv2DTransposeRule(), EmbeddingRule(), Conv1DRule(),
+                             LayerNormalizationRule(), GroupNormalizationRule(), EinsumDenseRule(),
+                             DepthwiseConv2DRule(), SeparableConv2DRule()]
 FALLBACK = PerLayerFallback()
 
 
@@ -31,5 +43,7 @@ def register(rule: LayerRule) -> None:
     REGISTRY.insert(0, rule)
 
 
-__all__ = ["Conv2DRule", "Conv2DTransposeRule", "DenseRule", "FALLBACK", "FactorRule", "LayerRule",
-           "PerLayerFallback", "REGISTRY", "Tap", "register", "rule_for"]
+__all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "DepthwiseConv2DRule", "EinsumDenseRule",
+           "EmbeddingRule", "FALLBACK", "FactorRule", "GroupNormalizationRule", "LayerNormalizationRule", "LayerRule",
+           "PerExampleRule", "PerLayerFallback", "REGISTRY", "RowSparseRule", "SeparableConv2DRule", "Tap", "register",
+           "rule_for"]

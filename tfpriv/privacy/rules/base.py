@@ -3,7 +3,10 @@
 A rule says which layers it supports, which of the layer's variables it owns (`variables`:
 for a bilinear `FactorRule`, its `kernel(layer)` and `bias(layer)`), how to run the layer so
 the gradient at its output can be tapped (`forward`), and how to turn that gradient into
-per-row norms and weighted sums of exactly the variables it declares. `TapRecorder` refuses a
+per-row norms and weighted sums of exactly the variables it declares. Three kinds:
+`FactorRule` (a kernel gradient sum_t U_t ⊗ V_t), `RowSparseRule` (a table whose gradient
+is sum_t e_{i_t} ⊗ g_t, an embedding), `PerExampleRule` (per-example gradients themselves,
+for small variables or the fallback). `TapRecorder` refuses a
 layer whose trainable variables differ from what its rule declares (a mis-declared rule fails
 loudly); a layer no rule supports gets the per-layer fallback.
 """
@@ -68,7 +71,7 @@ class FactorRule(LayerRule):
         raise NotImplementedError
 
     def bias_rows(self, tap: Tap, grad: tf.Tensor) -> tf.Tensor:
-        """Per-row bias gradient [R, n_bias]."""
+        """Per-row bias gradient [R, n_bias], flattened if the bias has several axes."""
         raise NotImplementedError
 
     def kernel_sum(self, tap: Tap, grad: tf.Tensor, alive: tf.Tensor) -> tf.Tensor:
@@ -81,6 +84,34 @@ class FactorRule(LayerRule):
         u, v = mask_rows(u, alive), mask_rows(v, alive)
         outer = tf.matmul(tf.reshape(u, [-1, u.shape[-1]]), tf.reshape(v, [-1, v.shape[-1]]), transpose_a=True)
         return self.kernel_from_outer(tap.layer, outer)
+
+
+class RowSparseRule(LayerRule):
+    """Layers with one variable, a table W [n, w] read by rows: row r's gradient is
+    sum_t e_{i_rt} ⊗ g_rt (indices i, values g), so a repeated index adds its values up."""
+
+    def table(self, layer: Layer) -> tf.Variable:
+        raise NotImplementedError
+
+    def variables(self, layer: Layer) -> list[tf.Variable]:
+        return [self.table(layer)]
+
+    def rows(self, tap: Tap, grad: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(indices [R, T] int64, values [R, T, w]) for rows R of this call; values linear in `grad`."""
+        raise NotImplementedError
+
+
+class PerExampleRule(LayerRule):
+    """Layers whose per-example gradients are computed outright ([B, *w.shape] per variable)."""
+
+    def per_example(self, tap: Tap, grad: tf.Tensor, batch_size: tf.Tensor, original_call: Callable) -> list[tf.Tensor]:
+        """Per-example gradients of `variables(layer)` for this call, rows summed per example."""
+        raise NotImplementedError
+
+
+def per_example_sums(rows: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
+    """[R, ...] rows laid out example-major (R = k * batch size) -> [B, ...] summed per example."""
+    return tf.reduce_sum(tf.reshape(rows, tf.concat([[batch_size, -1], tf.shape(rows)[1:]], 0)), axis=1)
 
 
 def mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:

@@ -5,10 +5,10 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tfpriv.privacy.rules.base import LayerRule, Tap
+from tfpriv.privacy.rules.base import PerExampleRule, Tap
 
 
-class PerLayerFallback(LayerRule):
+class PerLayerFallback(PerExampleRule):
     """Fallback: per-example gradients of one layer by a vectorised local VJP."""
 
     name = "per_layer"

@@ -1,0 +1,46 @@
+"""Conv1D: the Conv2D rule on sequences as images of height 1 (U = input windows, V = the output gradient)."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfpriv.privacy.rules.base import activation_tail
+from tfpriv.privacy.rules.conv import ConvRule, patches
+
+
+class Conv1DRule(ConvRule):
+    name = "conv1d"
+
+    def supports(self, layer):
+        return (type(layer) is tf.keras.layers.Conv1D and layer.data_format == "channels_last"
+                and layer.groups == 1 and layer.padding in ("same", "valid", "causal"))
+
+    def forward(self, layer, original_call, inputs, kwargs):
+        x = tf.cast(inputs, layer.compute_dtype)
+        if x.shape.rank != 3:
+            raise TypeError(f"{layer.name}: the DP engine's Conv1D rule needs rank-3 inputs, got {x.shape}")
+        z = self.product(layer, x, self.kernel(layer))
+        return activation_tail(layer, z, self.bias(layer)), z
+
+    @staticmethod
+    def _padded(layer, x: tf.Tensor) -> tuple[tf.Tensor, str]:
+        """The input as the convolution reads it (causal: left-padded, then "valid") and its padding."""
+        if layer.padding != "causal":
+            return x, layer.padding
+        left = layer.dilation_rate[0] * (layer.kernel_size[0] - 1)
+        return tf.pad(x, [[0, 0], [left, 0], [0, 0]]), "valid"
+
+    def product(self, layer, x, kernel):
+        x, _ = self._padded(layer, x)
+        return layer.convolution_op(x, kernel)
+
+    def factors(self, tap, grad):
+        layer = tap.layer
+        rows = tf.shape(grad)[0]
+        x, padding = self._padded(layer, tf.cast(tap.inputs, grad.dtype))
+        u = patches(x[:, None], (1, layer.kernel_size[0]), (1, layer.strides[0]), (1, layer.dilation_rate[0]), padding)
+        u = tf.reshape(u, [rows, -1, u.shape[-1]])
+        v = tf.reshape(grad, [rows, -1, layer.filters])
+        return u, v
+
+    def bias_rows(self, tap, grad):
+        return tf.reduce_sum(grad, axis=1)
