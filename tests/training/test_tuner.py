@@ -1,6 +1,7 @@
 """Tuning jobs: keras-tuner runs trials that are ordinary private runs; the job's epsilon is the
 Papernot-Steinke bound for random search over a random number of trials, composition otherwise."""
 import json
+import math
 import os
 
 import numpy as np
@@ -9,10 +10,10 @@ import tensorflow as tf
 
 import tfpriv
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import training_event
+from tfpriv.privacy.accounting import DEFAULT_ORDERS, training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
 from tfpriv.training.results import write_results
-from tfpriv.training.tuner import TuningJob
+from tfpriv.training.tuner import TuningJob, job_epsilon_from_rdp, rdp_epsilon
 
 N = 128
 Z = 1.2
@@ -123,3 +124,17 @@ def test_a_rerun_reuses_the_stored_trial_count(tmp_path):
     other = TuningJob(_scored, _event, space, objective="accuracy", trials=TrialCount("poisson", 3), delta=1e-3)
     with pytest.raises(ConfigError, match="trial_count"):
         other.draw_trials(str(tmp_path))
+
+
+def test_an_order_without_a_bound_is_left_out_not_fatal():
+    """dp_accounting >= 0.6 gives inf at the orders where its series does not converge (excluding
+    them); the other orders still bound one trial and the job."""
+    orders = np.array(DEFAULT_ORDERS, float)
+    curve = 0.02 * orders
+    partial = np.where(orders == orders[0], np.inf, curve)
+    count = TrialCount("poisson", 3)
+    assert rdp_epsilon(partial, 1e-5) == pytest.approx(rdp_epsilon(curve[1:], 1e-5, orders[1:]))
+    assert job_epsilon_from_rdp(partial, count, 1e-5) == pytest.approx(
+        job_epsilon_from_rdp(curve[1:], count, 1e-5, orders[1:]))
+    assert math.isfinite(job_epsilon_from_rdp(partial, count, 1e-5))
+    assert rdp_epsilon(np.full_like(orders, np.inf), 1e-5) == math.inf
