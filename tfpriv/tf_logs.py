@@ -20,6 +20,7 @@ from absl import logging as absl_logging
 
 SEVERITIES = "IWEF"  # Abseil's INFO, WARNING, ERROR, FATAL: TF_CPP_MIN_LOG_LEVEL 0..3
 ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]\s]+:\d+\] ")
+CONSOLE_SCRIPTS = ("tfpriv", "tfpriv-train")  # pyproject.toml's [project.scripts]
 BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
@@ -41,7 +42,12 @@ def filtered(text: str, level: int) -> str:
 
 
 def import_tensorflow() -> None:
-    """Imports TensorFlow, filtering what it writes to stderr meanwhile (see the module docstring)."""
+    """Imports TensorFlow, filtering what it writes to stderr meanwhile (see the module docstring).
+    Under the `tfpriv` console scripts (which import the package before their entry point runs) the
+    level defaults to 3 first, as train.py sets it."""
+    argv = getattr(sys, "argv", None) or [""]
+    if os.path.basename(argv[0]) in CONSOLE_SCRIPTS:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     level = min_log_level()
     if "tensorflow" in sys.modules or level == 0:
         import tensorflow  # noqa: F401
@@ -66,6 +72,5 @@ def quiet_python_logs() -> None:
     too from level 2 on (e.g. Keras's "callback is slow" and checkpoint notices)."""
     level = min_log_level()
     if level >= 1:
-        python_level = logging.WARNING if level == 1 else logging.ERROR
-        logging.getLogger("tensorflow").setLevel(python_level)
-        absl_logging.set_verbosity(python_level)
+        logging.getLogger("tensorflow").setLevel(logging.WARNING if level == 1 else logging.ERROR)
+        absl_logging.set_verbosity("warning" if level == 1 else "error")
