@@ -22,6 +22,8 @@ Sections (`--only`):
                    and DPKerasSGDOptimizer (one microbatch per example)
   conv_classifier  2 strided Conv2D + Dense: `tfpriv.make_private` and TF Privacy's
                    DPKerasSGDOptimizer (its DPSequential has no Conv2D rule)
+                   (TF Privacy's rows need tensorflow-privacy, i.e. the legacy stack of
+                   requirements-legacy.txt; elsewhere one line says they are skipped)
   wgan_critic      DP-WGAN-GP critic gradient (clipping="per_example", second-order loss) against
                    the non-private critic gradient (capacity 32, B from --gan_batch_size)
 
@@ -33,6 +35,7 @@ Timings on a shared machine are noisy; compare the IQRs before reading a differe
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -234,11 +237,15 @@ def _keras(layers, optimizer, loss, data) -> Callable[[], object]:
     return keras_step(model, data)
 
 
-def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
-    from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry
-    from tensorflow_privacy.privacy.keras_models.dp_keras_model import DPSequential
-    from tensorflow_privacy.privacy.optimizers.dp_optimizer_keras import DPKerasSGDOptimizer
+def tf_privacy_missing() -> str | None:
+    """Why TF Privacy's baselines cannot run here (one line), or None when they can."""
+    if importlib.util.find_spec("tensorflow_privacy") is not None:
+        return None
+    return (f"TF Privacy baselines skipped: tensorflow-privacy is not installed (0.9.0, its last release, needs "
+            f"TensorFlow 2.15 and Python 3.11: requirements-legacy.txt; this is TF {tf.__version__})")
 
+
+def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
     rng = np.random.default_rng(0)
     data = (rng.random([b, 784]).astype(np.float32), rng.integers(0, 10, [b]).astype(np.int64))
     xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -247,6 +254,12 @@ def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
     ours.compile(tf.keras.optimizers.SGD(1e-3), dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
                                                             expected_batch_size=b, verify=False), num_examples=b)
     configs.append(Config("tfpriv micro (ghost norms + book-keeping)", keras_step(ours, data)))
+    if tf_privacy_missing():
+        return run_section("mlp_classifier", configs, steps, rounds, {"batch_size": b})
+    from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry
+    from tensorflow_privacy.privacy.keras_models.dp_keras_model import DPSequential
+    from tensorflow_privacy.privacy.optimizers.dp_optimizer_keras import DPKerasSGDOptimizer
+
     fast = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.0, layer_registry=layer_registry.make_default_layer_registry(),
                         layers=_mlp(), use_xla=False)
     configs.append(Config("TF Privacy DPSequential (fast clipping)", _keras(fast, tf.keras.optimizers.SGD(1e-3), xent, data)))
@@ -266,8 +279,6 @@ def _convnet() -> tf.keras.Sequential:
 
 
 def conv_classifier_section(b: int, steps: int, rounds: int) -> dict:
-    from tensorflow_privacy import DPKerasSGDOptimizer
-
     import tfpriv
 
     rng = np.random.default_rng(0)
@@ -280,6 +291,10 @@ def conv_classifier_section(b: int, steps: int, rounds: int) -> dict:
                                num_examples=60000, batch_size=b)
     ours.compile(tf.keras.optimizers.SGD(1e-3))
     configs.append(Config("tfpriv make_private (micro, ghost norms)", keras_step(ours, data)))
+    if tf_privacy_missing():
+        return run_section("conv_classifier", configs, steps, rounds, {"batch_size": b})
+    from tensorflow_privacy import DPKerasSGDOptimizer
+
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=b, learning_rate=1e-3)
     configs.append(Config(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)", _keras(_convnet(), opt, xent, data),
                           slow=True))
@@ -393,6 +408,8 @@ def main(argv):
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise app.UsageError(f"--only: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    if {"mlp_classifier", "conv_classifier"} & set(sections) and tf_privacy_missing():
+        print(tf_privacy_missing(), flush=True)
     results = []
     if FLAGS.quick:
         results.append(vae_section("mlp", b, steps, rounds, names=("none (16 partitions)", "termwise")))

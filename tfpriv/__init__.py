@@ -7,6 +7,10 @@ run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.expor
 
 __version__ = "0.1.0"
 
+from tfpriv.tf_logs import import_tensorflow  # noqa: E402
+
+import_tensorflow()  # first, so TF_CPP_MIN_LOG_LEVEL also quiets TensorFlow's start-up lines
+
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.trained import load  # noqa: E402
 from tfpriv.training.dp_model import DPModel  # noqa: E402

@@ -1,7 +1,9 @@
-"""bench/throughput.py --quick: the benchmark runs end to end and writes a well-formed record.
+"""bench/throughput.py --quick: the benchmark runs end to end and writes a well-formed record; the
+classifier sections run TF Privacy's baselines where it is installed.
 
 A smoke test only: it asserts structure and finite values, never speed.
 """
+import importlib.util
 import json
 import math
 import subprocess
@@ -30,3 +32,20 @@ def test_quick_run_writes_ratios_with_iqr_load_and_memory(tmp_path):
         assert row["peak_bytes"] > 0 and math.isfinite(row["peak_memory_ratio"])
     assert "termwise" in proc.stdout and "load average" in proc.stdout
 
+
+
+def test_classifier_sections_run_tf_privacy_baselines_where_installed(tmp_path):
+    """With tensorflow-privacy (the legacy stack) its three rows run; without it one line says why."""
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "throughput.py"), "--only=mlp_classifier,conv_classifier",
+                           "--batch_size=4", "--steps=1", "--rounds=1", f"--out={out}"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [r["config"] for section in json.loads(out.read_text())["sections"] for r in section["rows"]]
+    assert "tfpriv micro (ghost norms + book-keeping)" in rows and "tfpriv make_private (micro, ghost norms)" in rows
+    baselines = [r for r in rows if r.startswith("TF Privacy")]
+    skipped = [line for line in proc.stdout.splitlines() if line.startswith("TF Privacy baselines skipped")]
+    if importlib.util.find_spec("tensorflow_privacy"):
+        assert len(baselines) == 3 and skipped == []
+    else:
+        assert baselines == [] and len(skipped) == 1

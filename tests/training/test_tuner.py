@@ -1,6 +1,7 @@
 """Tuning jobs: keras-tuner runs trials that are ordinary private runs; the job's epsilon is the
 Papernot-Steinke bound for random search over a random number of trials, composition otherwise."""
 import json
+import math
 import os
 
 import dp_accounting
@@ -10,10 +11,10 @@ import tensorflow as tf
 
 import tfpriv
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import training_event
+from tfpriv.privacy.accounting import DEFAULT_ORDERS, training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
 from tfpriv.training.results import write_results
-from tfpriv.training.tuner import Objective, TuningJob
+from tfpriv.training.tuner import Objective, TuningJob, job_epsilon_from_rdp, rdp_epsilon
 
 N = 128
 Z = 1.2
@@ -168,3 +169,17 @@ def test_random_search_releases_the_best_trial_alone(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["best", "private", "tuning.json"]
     assert os.listdir(tmp_path / "best") == ["results.json"]  # the run, without its trial id
     assert (tmp_path / "best" / "results.json").read_text() == open(best["results"]).read()
+
+
+def test_an_order_without_a_bound_is_left_out_not_fatal():
+    """dp_accounting >= 0.6 gives inf at the orders where its series does not converge (excluding
+    them); the other orders still bound one trial and the job."""
+    orders = np.array(DEFAULT_ORDERS, float)
+    curve = 0.02 * orders
+    partial = np.where(orders == orders[0], np.inf, curve)
+    count = TrialCount("poisson", 3)
+    assert rdp_epsilon(partial, 1e-5) == pytest.approx(rdp_epsilon(curve[1:], 1e-5, orders[1:]))
+    assert job_epsilon_from_rdp(partial, count, 1e-5) == pytest.approx(
+        job_epsilon_from_rdp(curve[1:], count, 1e-5, orders[1:]))
+    assert math.isfinite(job_epsilon_from_rdp(partial, count, 1e-5))
+    assert rdp_epsilon(np.full_like(orders, np.inf), 1e-5) == math.inf

@@ -20,6 +20,7 @@ import sys
 import tensorflow as tf
 from absl import app, flags
 
+from tfpriv import tf_logs
 from tfpriv.cli import audit as audit_job
 from tfpriv.cli import flags as common_flags
 from tfpriv.cli import pipeline
@@ -277,6 +278,14 @@ def parse_error_message(exc: flags.Error) -> str:
     return f"--{match.group(1)}: invalid value {match.group(2)!r} ({match.group(3)})" if match else message
 
 
+def process_main(argv) -> None:
+    """`main` as a process's own: TensorFlow's Python log lines follow TF_CPP_MIN_LOG_LEVEL (3 unless
+    set) too, unless --verbosity is given, so an error or an interruption stays one stderr line."""
+    if not FLAGS["verbosity"].present:
+        tf_logs.quiet_python_logs()
+    main(argv)
+
+
 def entry_point() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    app.run(main, flags_parser=parse_flags)
+    app.run(process_main, flags_parser=parse_flags)

@@ -165,15 +165,21 @@ def worst_rdp(events: list[dp_accounting.DpEvent], orders=DEFAULT_ORDERS) -> np.
     return np.max(curves, axis=0)
 
 
+def bounded(rdp: np.ndarray) -> bool:
+    """Whether some order bounds the mechanism. dp_accounting >= 0.6 gives inf at the (fractional)
+    orders where its series does not converge, excluding them; the other orders still hold."""
+    return bool(np.any(np.isfinite(rdp)))
+
+
 def rdp_epsilon(rdp: np.ndarray, delta: float, orders=DEFAULT_ORDERS) -> float:
-    if not np.all(np.isfinite(rdp)):
+    if not bounded(rdp):
         return math.inf
     return float(rdp_privacy_accountant.compute_epsilon(list(orders), rdp, delta)[0])
 
 
 def job_epsilon_from_rdp(rdp: np.ndarray, count: TrialCount, delta: float, orders=DEFAULT_ORDERS) -> float:
     """Papernot & Steinke's bound for K ~ count repetitions of a mechanism with RDP curve `rdp`."""
-    if not np.all(np.isfinite(rdp)):
+    if not bounded(rdp):
         return math.inf
     job = rdp_privacy_accountant._compute_rdp_repeat_and_select(list(orders), rdp, count.mean, count.dp_shape)
     return rdp_epsilon(job, delta, orders)
@@ -224,7 +230,7 @@ class TuningJob:
     def check_objective(self) -> None:
         """Refuses to choose among private trials by an objective that reads private data: the choice
         would release that data outside the job's epsilon (non-private trials have no epsilon to keep)."""
-        if self.objective.reads == "private" and np.all(np.isfinite(self.worst_trial_rdp)):
+        if self.objective.reads == "private" and bounded(self.worst_trial_rdp):
             raise ConfigError(f"objective: {self.objective.name} reads private data (reads='private'): choosing "
                               "among private trials by it is not covered by the job's epsilon; use an objective "
                               "computed on the test split or on public data")
@@ -243,7 +249,7 @@ class TuningJob:
                "max_trials": self.max_trials,
                "epsilon_naive_composition": naive, "epsilon_one_trial": rdp_epsilon(worst, self.delta)}
         if self.tuner == "random":
-            if self.max_trials is None or not np.all(np.isfinite(worst)):
+            if self.max_trials is None or not bounded(worst):
                 out["epsilon"] = job_epsilon_from_rdp(worst, self.trials, self.delta)
             else:
                 out["epsilon"], out["delta_uncapped_bound"] = capped_job_epsilon(worst, self.trials, self.max_trials,
