@@ -66,6 +66,14 @@ def test_a_corrupt_data_file_is_one_line_naming_data_dir_and_the_file(tmp_path, 
     assert line.startswith(f"error: --data_dir: {target}: md5 mismatch (got ")
 
 
+def test_a_data_dir_without_the_files_is_refused_not_replaced_by_the_bundled_copy(tmp_path, capsys):
+    (tmp_path / "data").mkdir()  # was: one INFO line, then training on the bundled MNIST
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/run", *FAST, "--dataset=mnist",
+                                          f"--data_dir={tmp_path}/data", capsys=capsys), "--data_dir", tmp_path / "run")
+    assert line.startswith(f"error: --data_dir: {tmp_path}/data has no mnist files (looked for "
+                           "train-images-idx3-ubyte.gz, ") and f"in {tmp_path}/data/mnist/ and in {tmp_path}/data/)" in line
+
+
 def test_epsilon_with_noise_multiplier_or_without_privacy_is_an_error(tmp_path, capsys, data_dir):
     out = tmp_path / "run"
     line = assert_one_line_error(train_py(f"--output_dir={out}", "--epsilon=3", "--noise_multiplier=1", capsys=capsys),
