@@ -125,6 +125,18 @@ def test_unwritable_output_dir_is_one_line(tmp_path, capsys, monkeypatch):
     assert "permission denied" in line and not (tmp_path / "new").exists()
 
 
+def test_output_dir_root_cannot_write_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    # /proc passes every permission check for root, yet nothing can be created there: was a traceback
+    # after loading the data and building the model
+    monkeypatch.setattr(cli_main, "execute", lambda *a: pytest.fail("work started"))
+    line = assert_one_line_error(train_py("--output_dir=/proc/x/run", *FAST, capsys=capsys), "--output_dir", "/proc/x")
+    assert line.startswith("error: --output_dir: cannot write to /proc/x/run (")
+    # a writable folder passes, and the probe leaves nothing behind: neither new folders nor a file
+    cli_main.check_writable(str(tmp_path / "new" / "run"))
+    cli_main.check_writable(str(tmp_path))
+    assert not any(tmp_path.iterdir())
+
+
 def test_rerun_resumes_and_keeps_the_earlier_segments(tmp_path, capsys):
     out = tmp_path / "run"
     first = train_py(f"--output_dir={out}", *FAST, capsys=capsys)

@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 
 import tensorflow as tf
 from absl import app, flags
@@ -74,6 +75,21 @@ def check_writable(output_dir: str) -> None:
     too_long = [name for name in missing if len(os.fsencode(name)) > name_max]
     if too_long:
         raise UsageError(f"--output_dir: cannot create {output_dir}: a folder name longer than {name_max} bytes")
+    probe_writing(output_dir, path, os.path.join(parent, missing[-1]) if missing else None)
+
+
+def probe_writing(output_dir: str, path: str, top_created: str | None) -> None:
+    """Creates the folder and a file in it, then removes both: permissions alone do not say
+    (root passes every access check, yet cannot write to /proc or a read-only mount)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--output_dir: cannot write to {output_dir} ({exc.strerror or exc})") from None
+    finally:
+        if top_created is not None:
+            shutil.rmtree(top_created, ignore_errors=True)
 
 
 def prepare(argv=None):
