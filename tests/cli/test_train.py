@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import pytest
 
@@ -256,6 +257,46 @@ def test_a_run_writes_results_and_sample_mode_reads_it(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "samples.npz").exists() and (out / "samples_grid.png").exists()
     assert "10 samples written to" in proc.stdout
+
+
+def loaded_tensorflow(pid: int) -> bool:
+    """Whether the process has mapped TensorFlow's shared library (its import has started)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return "tensorflow" in maps.read()
+    except FileNotFoundError:
+        return False
+
+
+# what pip's `tfpriv-train` script runs (pyproject.toml's [project.scripts])
+CONSOLE_SCRIPT = "import sys; from tfpriv.cli.launch import entry_point; sys.exit(entry_point())"
+
+
+def test_the_console_script_is_the_launcher():
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"tfpriv-train": "tfpriv.cli.launch:entry_point"}
+
+
+@pytest.mark.parametrize("command", [[TRAIN], ["-c", CONSOLE_SCRIPT]], ids=["train.py", "tfpriv-train"])
+def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path, command):
+    # was a KeyboardInterrupt traceback from inside `import tensorflow`
+    out = tmp_path / "run"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.Popen([sys.executable, *command, f"--output_dir={out}"], cwd=REPO_ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not loaded_tensorflow(proc.pid) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        assert loaded_tensorflow(proc.pid), proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert error_lines(stderr) == ["interrupted while starting (nothing was written)"]
+    assert stdout == "" and not out.exists()
 
 
 def test_ctrl_c_during_training_stops_with_one_line_and_the_run_resumes(tmp_path, capsys):

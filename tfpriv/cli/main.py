@@ -276,5 +276,5 @@ def parse_error_message(exc: flags.Error) -> str:
 
 
 def entry_point() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    """Parses the flags and runs `main` (called by `tfpriv.cli.launch.entry_point`, after its Ctrl-C handler)."""
     app.run(main, flags_parser=parse_flags)
