@@ -92,6 +92,19 @@ def probe_writing(output_dir: str, path: str, top_created: str | None) -> None:
             shutil.rmtree(top_created, ignore_errors=True)
 
 
+def model_line(model: str, dataset: str, flag_values: flags.FlagValues = FLAGS) -> str | None:
+    """The run's first line when --model or --dataset took a default because flags replaced the
+    main job (None when both were given, by flag or flag file)."""
+    given_model, given_dataset = flag_values["model"].present, flag_values["dataset"].present
+    if given_model and given_dataset:
+        return None
+    if given_model:
+        return f"model {model} on {dataset}, because {dataset} is the default --dataset of --model={model}"
+    defaults = "--model" if given_dataset else "--model and --dataset"
+    return (f"model {model} on {dataset}, because flags other than --output_dir replace the main job "
+            f"({MAIN_JOB}) with the defaults of {defaults} (--help)")
+
+
 def prepare(argv=None):
     """(job, settings, output_dir) for the flags; raises UsageError for bad flags."""
     if argv is not None and len(argv) > 1:
@@ -169,6 +182,9 @@ def main(argv) -> None:
         strategy = start_strategy()
         chief = distribute.is_chief(strategy)
         job, settings, output_dir = prepare(argv)
+        line = model_line(FLAGS.model, settings.dataset) if chief and FLAGS.mode == "train" else None
+        if line:
+            print(line, flush=True)
         existed = os.path.exists(output_dir)
         # Another worker of a multi-worker run writes to a temporary folder (only the chief writes).
         with distribute.use_strategy(strategy), \
@@ -222,8 +238,7 @@ def interrupted(job: Job | None, output_dir: str | None) -> None:
 
 def help_text() -> str:
     """tfpriv's flags grouped by job (absl's and TensorFlow's are under --helpfull)."""
-    doc = (sys.modules["__main__"].__doc__ or "").strip() or "python train.py [flags]"
-    parts = [doc, ""]
+    parts = [HELP_HEADER, ""]
     modules = tfpriv_flag_modules(FLAGS)
     for module in [m for m in HELP_SECTIONS if m in modules] + [m for m in modules if m not in HELP_SECTIONS]:
         rendered = FLAGS.module_help(module).strip("\n").splitlines()
@@ -236,17 +251,27 @@ def help_text() -> str:
 
 
 MAIN_JOB_FLAGFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_job.cfg")
+MAIN_JOB = "a DP-SGD VAE on MNIST"  # what main_job.cfg trains, in the lines below
+
+HELP_HEADER = f"""usage: python train.py [flags]   (installed: tfpriv-train [flags])
+
+With no flags (or only --output_dir and --audit flags) it runs the main job, {MAIN_JOB}:
+{MAIN_JOB_FLAGFILE}
+(--aggregation=micro, epsilon = 8 at delta = 1e-5, on the MNIST copy bundled with tfpriv, --seed=0 so
+that two runs give the same result); it prints epsilon and the test log-likelihood.
+Any other flag replaces the main job: unset flags take --model's defaults (--model=privae,
+--dataset=digits), and the run's first line says so. To change the main job, start from its file:
+python train.py --flagfile={MAIN_JOB_FLAGFILE} --epochs=10.
+Experiments: --flagfile=flags/NAME.cfg."""
 
 
 def with_main_job(argv: list[str]) -> list[str]:
     """No flags at all (or only --audit flags and --output_dir): the main job's flag file (a
-    private VAE on the bundled MNIST) first."""
+    private VAE on the bundled MNIST) first, and a line saying so."""
     if any(not a.startswith(("--audit", "--output_dir")) for a in argv[1:]):
         return argv
-    if len(argv) > 1:
-        return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *argv[1:]]
-    print(f"no flags: running the main job ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
-    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}"]
+    print(f"running the main job, {MAIN_JOB} ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
+    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *argv[1:]]
 
 
 def parse_flags(argv):
