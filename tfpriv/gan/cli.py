@@ -54,7 +54,8 @@ flags.DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic exampl
 flags.DEFINE_integer("downstream_epochs", 3, "Conditional: epochs of the downstream CNN.")
 flags.DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
 flags.DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
-flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers (default ~/.cache/tfpriv).")
+flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers, used only where tfpriv's "
+                    "shipped copies are missing (default ~/.cache/tfpriv).")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -272,10 +273,11 @@ class GanRun(pipeline.TrainingRun):
 
 
 def _classifier(s: GanSettings):
-    """The dataset's evaluation classifier: trained once (progress shown when --verbose), then cached."""
+    """The dataset's evaluation classifier: shipped with tfpriv; if missing, trained once (progress
+    shown when --verbose), then cached."""
     from tfpriv.metrics import eval_classifier
-    path = eval_classifier.cached_model_path(s.dataset, s.classifier_cache_dir)
-    if not path.is_file():
+    if not eval_classifier.is_available(s.dataset, s.classifier_cache_dir):
+        path = eval_classifier.cached_model_path(s.dataset, s.classifier_cache_dir)
         progress(s, f"training the {s.dataset} evaluation classifier ({eval_classifier.DEFAULT_EPOCHS} epochs; once, "
                     f"then cached in {path.parent}) ...")
     return eval_classifier.get_classifier(s.dataset, s.data_dir, s.classifier_cache_dir, verbose=s.verbose)
