@@ -8,6 +8,7 @@ behind. Library errors name library parameters; the job maps them to its flags
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import math
@@ -80,7 +81,8 @@ def check_writable(output_dir: str) -> None:
 
 def probe_writing(output_dir: str, path: str, top_created: str | None) -> None:
     """Creates the folder and a file in it, then removes both: permissions alone do not say
-    (root passes every access check, yet cannot write to /proc or a read-only mount)."""
+    (root passes every access check, yet cannot write to /proc or a read-only mount). Only the
+    empty folders it created, from `path` up to `top_created`, are removed."""
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
@@ -88,8 +90,11 @@ def probe_writing(output_dir: str, path: str, top_created: str | None) -> None:
     except OSError as exc:
         raise UsageError(f"--output_dir: cannot write to {output_dir} ({exc.strerror or exc})") from None
     finally:
-        if top_created is not None:
-            shutil.rmtree(top_created, ignore_errors=True)
+        folder = path
+        while top_created is not None and len(folder) >= len(top_created):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+            folder = os.path.dirname(folder)
 
 
 def model_line(model: str, dataset: str, flag_values: flags.FlagValues = FLAGS) -> str | None:
