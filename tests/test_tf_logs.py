@@ -28,11 +28,20 @@ def test_filtered_drops_abseil_lines_below_the_level_only(level, expected):
     assert filtered(TEXT, level) == expected
 
 
-def test_importing_tfpriv_at_level_3_writes_nothing_to_stderr():
+def test_the_command_lines_tensorflow_import_at_level_3_writes_nothing_to_stderr():
+    """What `tfpriv.cli.launch` runs before the flags are parsed (TF >= 2.16 writes its banner there)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO_ROOT)}
-    run = subprocess.run([sys.executable, "-c", "import tfpriv"], env=env, capture_output=True, text=True,
+    code = "from tfpriv.tf_logs import import_tensorflow; import_tensorflow(); import tfpriv.cli.main"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=REPO_ROOT, check=True)
     assert run.stderr == ""
+
+
+def test_importing_tfpriv_does_not_load_tensorflow():
+    """The library leaves the process alone until a name is used (and never touches stderr)."""
+    code = "import sys, tfpriv; assert 'tensorflow' not in sys.modules; tfpriv.DPConfig; assert 'tensorflow' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT,
+                   check=True)
 
 
 @pytest.mark.parametrize("level, python_level, absl_level", [("1", logging.WARNING, absl_logging.WARNING),

@@ -3,17 +3,33 @@
 Top level: `DPConfig` (how a loss is privatized), `make_private` (DP-SGD for your own Keras
 model), `DPModel` (the base of every private model family), `load` (the trained model of a
 run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.export`).
+
+They are imported on first use (PEP 562), so that `import tfpriv.cli.launch` does not load
+TensorFlow: the command line installs its Ctrl-C handler before that slow import.
 """
+import importlib
 
 __version__ = "0.1.0"
 
-from tfpriv.tf_logs import import_tensorflow  # noqa: E402
-
-import_tensorflow()  # first, so TF_CPP_MIN_LOG_LEVEL also quiets TensorFlow's start-up lines
-
-from tfpriv.privacy.config import DPConfig  # noqa: E402
-from tfpriv.trained import load  # noqa: E402
-from tfpriv.training.dp_model import DPModel  # noqa: E402
-from tfpriv.training.private_model import PrivateModel, make_private  # noqa: E402
+# name -> module defining it
+_EXPORTS = {
+    "DPConfig": "tfpriv.privacy.config",
+    "load": "tfpriv.trained",
+    "DPModel": "tfpriv.training.dp_model",
+    "PrivateModel": "tfpriv.training.private_model",
+    "make_private": "tfpriv.training.private_model",
+}
 
 __all__ = ["DPConfig", "DPModel", "PrivateModel", "load", "make_private", "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tfpriv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

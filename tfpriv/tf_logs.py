@@ -20,7 +20,6 @@ from absl import logging as absl_logging
 
 SEVERITIES = "IWEF"  # Abseil's INFO, WARNING, ERROR, FATAL: TF_CPP_MIN_LOG_LEVEL 0..3
 ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]\s]+:\d+\] ")
-CONSOLE_SCRIPTS = ("tfpriv", "tfpriv-train")  # pyproject.toml's [project.scripts]
 BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
@@ -43,11 +42,8 @@ def filtered(text: str, level: int) -> str:
 
 def import_tensorflow() -> None:
     """Imports TensorFlow, filtering what it writes to stderr meanwhile (see the module docstring).
-    Under the `tfpriv` console scripts (which import the package before their entry point runs) the
-    level defaults to 3 first, as train.py sets it."""
-    argv = getattr(sys, "argv", None) or [""]
-    if os.path.basename(argv[0]) in CONSOLE_SCRIPTS:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    Only the command line calls it (`tfpriv.cli.launch`): importing tfpriv as a library leaves the
+    process's stderr alone."""
     level = min_log_level()
     if "tensorflow" in sys.modules or level == 0:
         import tensorflow  # noqa: F401

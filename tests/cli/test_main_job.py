@@ -1,4 +1,8 @@
 """`python train.py` with no flags runs the main job: a DP-SGD VAE on the bundled MNIST (main_job.cfg)."""
+import dataclasses
+import json
+
+import pytest
 from absl import flags
 from absl.testing import flagsaver
 
@@ -18,9 +22,56 @@ def test_no_flags_means_the_main_job_flag_file(capsys):
     assert "main job" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("extra", [[], ["--output_dir=somewhere"]], ids=["no flags", "--output_dir"])
+def test_the_main_job_is_seeded_so_two_runs_agree(extra, capsys):
+    seeds = []
+    for _ in range(2):  # what two runs of `python train.py` parse
+        with flagsaver.flagsaver():
+            cli_main.parse_flags(["train.py", *extra])
+            seeds.append(FLAGS.seed)
+    assert seeds == [0, 0]  # was [None, None]: a seed from the OS, different every run
+
+
+def test_help_describes_the_main_job_and_what_other_flags_do(capsys):
+    with pytest.raises(SystemExit):
+        cli_main.parse_flags(["train.py", "--help"])
+    header = capsys.readouterr().out.split("shared flags (every model):")[0]
+    assert "term-wise PriVAE on digits" not in header  # the old main job
+    assert "the main job, a DP-SGD VAE on MNIST" in header and cli_main.MAIN_JOB_FLAGFILE in header
+    assert "Any other flag replaces the main job" in header and "--model=privae,\n--dataset=digits" in header
+    # what the header says the main job is, is what its flag file sets
+    with flagsaver.flagsaver():
+        cli_main.parse_flags(["train.py"])
+        assert (FLAGS.model, FLAGS.dataset, FLAGS.aggregation, FLAGS.epsilon, FLAGS.delta, FLAGS.seed) == (
+            "privae", "mnist", "micro", 8.0, 1e-5, 0)
+    assert (FLAGS["model"].default, FLAGS["dataset"].default) == ("privae", "digits")
+
+
+@pytest.mark.parametrize("args,first_line", [
+    (["--epochs=1"], "model privae on digits, because flags other than --output_dir replace the main job "
+                     "(a DP-SGD VAE on MNIST) with the defaults of --model and --dataset (--help)"),
+    (["--dataset=pinwheel"], "model privae on pinwheel, because flags other than --output_dir replace the main job "
+                             "(a DP-SGD VAE on MNIST) with the defaults of --model (--help)"),
+    (["--model=dpgan"], "model dpgan on mnist, because mnist is the default --dataset of --model=dpgan"),
+    (["--model=privae", "--dataset=digits"], None),
+    ([], "running the main job, a DP-SGD VAE on MNIST"),
+], ids=["defaults", "model default", "dataset default", "both given", "main job"])
+def test_the_first_line_says_which_model_on_which_data_and_why(tmp_path, capsys, monkeypatch, args, first_line):
+    for name, job in cli_main.JOBS.items():
+        monkeypatch.setitem(cli_main.JOBS, name, dataclasses.replace(job, run=lambda s, o: {"metrics": {}}))
+    proc = train_py(f"--output_dir={tmp_path}/run", *args, capsys=capsys)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    if first_line is None:
+        assert not any(line.startswith(("model ", "running the main job")) for line in lines)
+    else:
+        assert lines[0].startswith(first_line)
+
+
 def test_the_main_job_runs_on_the_bundled_data_and_prints_epsilon_and_utility(tmp_path, capsys):
     out = train_py(f"--flagfile={cli_main.MAIN_JOB_FLAGFILE}", "--epochs=1", "--eval_examples=50",
                    "--eval_importance_samples=5", "--verbose=0", f"--output_dir={tmp_path}", capsys=capsys)
     assert out.returncode == 0, out.stderr
     assert "epsilon = " in out.stdout and "log_likelihood" in out.stdout
     assert (tmp_path / "samples.png").is_file() and (tmp_path / "results.json").is_file()
+    assert json.loads((tmp_path / "results.json").read_text())["seed"] == 0

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tfpriv.cli import pipeline
+from tfpriv.training.callbacks import StepProgressBar
 
 
 @pytest.fixture
@@ -50,3 +51,17 @@ def test_cosine_schedule_decays_to_zero_over_the_planned_updates(steps_per_updat
     assert float(schedule(planned // 2)) == pytest.approx(0.005, rel=1e-4)
     assert float(schedule(planned)) == pytest.approx(0.0, abs=1e-9)
     assert float(schedule(planned - 1)) > 0
+
+
+def test_training_uses_the_progress_bar_that_ends_an_early_stop_at_the_steps_taken(monkeypatch, tmp_path):
+    # was Keras' own bar: `59/59` after --max_steps stopped at step 20 (tests/training/test_callbacks.py)
+    seen = {}
+
+    def fit_private(*args, extra_callbacks, **kwargs):
+        seen["callbacks"] = extra_callbacks
+        raise KeyboardInterrupt  # nothing to train here
+
+    monkeypatch.setattr(pipeline, "fit_private", fit_private)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.train(types.SimpleNamespace(model=None, arrays=None, optimizer=None), None, str(tmp_path), 0, 2)
+    assert [type(c) for c in seen["callbacks"]][-1] is StepProgressBar

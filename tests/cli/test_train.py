@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import pytest
 
@@ -66,6 +67,14 @@ def test_a_corrupt_data_file_is_one_line_naming_data_dir_and_the_file(tmp_path, 
     assert line.startswith(f"error: --data_dir: {target}: md5 mismatch (got ")
 
 
+def test_a_data_dir_without_the_files_is_refused_not_replaced_by_the_bundled_copy(tmp_path, capsys):
+    (tmp_path / "data").mkdir()  # was: one INFO line, then training on the bundled MNIST
+    line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/run", *FAST, "--dataset=mnist",
+                                          f"--data_dir={tmp_path}/data", capsys=capsys), "--data_dir", tmp_path / "run")
+    assert line.startswith(f"error: --data_dir: {tmp_path}/data has no mnist files (looked for "
+                           "train-images-idx3-ubyte.gz, ") and f"in {tmp_path}/data/mnist/ and in {tmp_path}/data/)" in line
+
+
 def test_epsilon_with_noise_multiplier_or_without_privacy_is_an_error(tmp_path, capsys, data_dir):
     out = tmp_path / "run"
     line = assert_one_line_error(train_py(f"--output_dir={out}", "--epsilon=3", "--noise_multiplier=1", capsys=capsys),
@@ -115,6 +124,18 @@ def test_unwritable_output_dir_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli_main.os, "access", lambda path, mode: False)  # tests run as root
     line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/new/run", *FAST, capsys=capsys), "--output_dir")
     assert "permission denied" in line and not (tmp_path / "new").exists()
+
+
+def test_output_dir_root_cannot_write_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    # /proc passes every permission check for root, yet nothing can be created there: was a traceback
+    # after loading the data and building the model
+    monkeypatch.setattr(cli_main, "execute", lambda *a: pytest.fail("work started"))
+    line = assert_one_line_error(train_py("--output_dir=/proc/x/run", *FAST, capsys=capsys), "--output_dir", "/proc/x")
+    assert line.startswith("error: --output_dir: cannot write to /proc/x/run (")
+    # a writable folder passes, and the probe leaves nothing behind: neither new folders nor a file
+    cli_main.check_writable(str(tmp_path / "new" / "run"))
+    cli_main.check_writable(str(tmp_path))
+    assert not any(tmp_path.iterdir())
 
 
 def test_rerun_resumes_and_keeps_the_earlier_segments(tmp_path, capsys):
@@ -236,6 +257,46 @@ def test_a_run_writes_results_and_sample_mode_reads_it(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "samples.npz").exists() and (out / "samples_grid.png").exists()
     assert "10 samples written to" in proc.stdout
+
+
+def loaded_tensorflow(pid: int) -> bool:
+    """Whether the process has mapped TensorFlow's shared library (its import has started)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return "tensorflow" in maps.read()
+    except FileNotFoundError:
+        return False
+
+
+# what pip's `tfpriv-train` script runs (pyproject.toml's [project.scripts])
+CONSOLE_SCRIPT = "import sys; from tfpriv.cli.launch import entry_point; sys.exit(entry_point())"
+
+
+def test_the_console_script_is_the_launcher():
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"tfpriv-train": "tfpriv.cli.launch:entry_point"}
+
+
+@pytest.mark.parametrize("command", [[TRAIN], ["-c", CONSOLE_SCRIPT]], ids=["train.py", "tfpriv-train"])
+def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path, command):
+    # was a KeyboardInterrupt traceback from inside `import tensorflow`
+    out = tmp_path / "run"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.Popen([sys.executable, *command, f"--output_dir={out}"], cwd=REPO_ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not loaded_tensorflow(proc.pid) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        assert loaded_tensorflow(proc.pid), proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert error_lines(stderr) == ["interrupted while starting (nothing was written)"]
+    assert stdout == "" and not out.exists()
 
 
 def test_ctrl_c_during_training_stops_with_one_line_and_the_run_resumes(tmp_path, capsys):

@@ -72,28 +72,43 @@ def _assert_same(a, b):
 
 
 def test_no_data_dir_reads_the_bundled_copy(data_dir):
-    assert idx.data_root("mnist", None) == idx.BUNDLED_DIR
+    assert idx.data_root("mnist", None) == BUNDLED_MNIST
     bundled = load_dataset("mnist")
     _assert_same(bundled, load_dataset("mnist", data_dir))
     assert bundled.labels_train["label"][:5].tolist() == [5, 0, 4, 1, 9]
 
 
-def test_data_dir_without_mnist_falls_back(tmp_path, data_dir):
-    assert idx.data_root("mnist", tmp_path) == idx.BUNDLED_DIR  # empty folder
+def test_given_data_dir_without_the_files_is_refused_not_replaced(tmp_path, data_dir):
+    looked_for = (f"^data_dir: {tmp_path} has no mnist files \\(looked for {', '.join(FILES)} "
+                  f"in {tmp_path}/mnist/ and in {tmp_path}/\\); the copy bundled with tfpriv is read only when "
+                  "no data_dir is given$")
+    with pytest.raises(DataError, match=looked_for):
+        load_dataset("mnist", tmp_path)  # empty folder
     (tmp_path / "fashion_mnist").mkdir()
     for name in FILES:
         shutil.copyfile(data_dir / "fashion_mnist" / name, tmp_path / "fashion_mnist" / name)
-    assert idx.data_root("mnist", tmp_path) == idx.BUNDLED_DIR
-    assert load_dataset("mnist", tmp_path).labels_test["label"][:3].tolist() == [7, 2, 1]
-    # The folder's own files win when it has them.
-    assert idx.data_root("mnist", data_dir) == data_dir
-    assert idx.data_root("fashion_mnist", tmp_path) == tmp_path
+    with pytest.raises(DataError, match=looked_for):
+        load_dataset("mnist", tmp_path)
+    assert idx.data_root("fashion_mnist", tmp_path) == tmp_path / "fashion_mnist"
+    assert idx.data_root("mnist", data_dir) == data_dir / "mnist"
+
+
+def test_data_dir_may_be_the_datasets_own_folder(data_dir):
+    assert idx.data_root("mnist", data_dir / "mnist") == data_dir / "mnist"
+    _assert_same(load_dataset("mnist", data_dir / "mnist"), load_dataset("mnist"))
+    # the files are checked against the dataset's MD5s wherever they are found
+    with pytest.raises(DataError, match=f"^{data_dir / 'fashion_mnist'}/t.*: md5 mismatch"):
+        load_dataset("mnist", data_dir / "fashion_mnist")
 
 
 def test_partial_or_missing_data_dir_is_still_an_error(tmp_path, data_dir):
     (tmp_path / "mnist").mkdir()
     shutil.copyfile(data_dir / "mnist" / FILES[1], tmp_path / "mnist" / FILES[1])
     with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no mnist/train-images-idx3-ubyte.gz$"):
+        load_dataset("mnist", tmp_path)
+    shutil.rmtree(tmp_path / "mnist")
+    shutil.copyfile(data_dir / "mnist" / FILES[1], tmp_path / FILES[1])
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no train-images-idx3-ubyte.gz$"):
         load_dataset("mnist", tmp_path)
     missing = tmp_path / "nope"
     with pytest.raises(DataError, match=f"^data_dir: {missing} is not a directory"):
@@ -103,7 +118,7 @@ def test_partial_or_missing_data_dir_is_still_an_error(tmp_path, data_dir):
 def test_other_datasets_are_not_bundled(tmp_path):
     with pytest.raises(UsageError, match="^data_dir: required for dataset 'fashion_mnist'"):
         load_dataset("fashion_mnist")
-    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no fashion_mnist/"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no fashion_mnist files \\(looked for .*\\)$"):
         load_dataset("fashion_mnist", tmp_path)
 
 
@@ -136,5 +151,5 @@ def test_without_the_bundled_copy_the_old_errors_stand(monkeypatch, tmp_path):
     assert idx.bundled_root("mnist") is None
     with pytest.raises(UsageError, match="^data_dir: required for dataset 'mnist'"):
         load_dataset("mnist")
-    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no mnist/"):
+    with pytest.raises(DataError, match=f"^data_dir: {tmp_path} has no mnist files \\(looked for .*\\)$"):
         load_dataset("mnist", tmp_path)

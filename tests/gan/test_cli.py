@@ -63,8 +63,11 @@ def test_classifier_training_shows_progress(tmp_path, capsys, monkeypatch):
     from tfpriv.metrics import eval_classifier
     calls = []
     monkeypatch.setattr(eval_classifier, "get_classifier", lambda *a, **k: calls.append((a, k)) or "model")
+    cli._classifier(read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=2))
+    assert capsys.readouterr().out == ""  # the shipped classifier: nothing to train
+    monkeypatch.setattr(eval_classifier, "SHIPPED_DIR", tmp_path / "not_installed")
     s = read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=2)
-    assert cli._classifier(s) == "model" and calls[0][1]["verbose"] == 2 and calls[0][0][0] == "mnist"
+    assert cli._classifier(s) == "model" and calls[-1][1]["verbose"] == 2 and calls[-1][0][0] == "mnist"
     assert "training the mnist evaluation classifier (8 epochs" in capsys.readouterr().out
     cli._classifier(read_settings(cli.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=0))
     assert capsys.readouterr().out == ""

@@ -1,11 +1,16 @@
-"""`PrivacyCallback`: a budget that allows no step is refused with what happened; a budget stop says so."""
+"""Callbacks of private training: a budget that allows no step is refused with what happened, a
+budget stop says so, and an epoch stopped early shows the steps it took in the progress bar."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfpriv
+from tfpriv.models.architectures import build_architecture
+from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import epsilon_for, max_steps_within
-from tfpriv.training.callbacks import BudgetExhausted
+from tfpriv.privacy.config import DPConfig
+from tfpriv.training.callbacks import BudgetExhausted, StepProgressBar
+from tfpriv.training.runner import fit_private, plan_privacy
 
 N, B, Z, DELTA = 64, 16, 1.0, 1e-3
 
@@ -44,3 +49,41 @@ def test_a_budget_stop_prints_epsilon_and_steps(capsys):
             "one more step would exceed the budget") in capsys.readouterr().out
     with pytest.raises(BudgetExhausted, match=f"spent so far: epsilon = {spent:.4g} at delta = 0.001 after 6 steps"):
         dp_model.fit(x, y, epochs=1, verbose=0)                        # nothing left: refused
+
+
+N_VAE = 200
+
+
+class StopAt(tf.keras.callbacks.Callback):
+    """Stops training after `steps` steps (what `--max_steps` does)."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self.steps = steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.step_count.numpy()) >= self.steps:
+            self.model.stop_training = True
+
+
+def fit(tmp_path, callbacks, epochs=2):
+    enc, dec = build_architecture("mlp", [12], 3)
+    model = VAE(enc, dec)
+    cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.5)
+    plan = plan_privacy(cfg, model.term_spec(), N_VAE, 20, epochs, delta=1e-3, sampling="shuffle")
+    x = (np.random.default_rng(0).random([N_VAE, 12]) > 0.5).astype(np.float32)
+    return fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=2,
+                       extra_callbacks=callbacks)
+
+
+def test_an_epoch_stopped_early_ends_at_the_steps_taken(tmp_path, capsys):
+    out = fit(tmp_path, [StopAt(13), StepProgressBar()])
+    assert out["train_steps"] == 13
+    printed = capsys.readouterr().out
+    assert "10/10 - " in printed  # the first, complete epoch (N_VAE / batch = 10 steps)
+    assert "3/3 - " in printed and printed.count("10/10 - ") == 1  # Keras' own bar printed 10/10 twice
+
+
+def test_complete_epochs_are_unchanged(tmp_path, capsys):
+    fit(tmp_path, [StepProgressBar()])
+    assert capsys.readouterr().out.count("10/10 - ") == 2

@@ -12,7 +12,9 @@ flags.DEFINE_string("model", "privae", "Model to train: privae (= vae), dpwgan_g
 flags.DEFINE_string("mode", "train", f"{', '.join(MODES)}: train a model, or draw samples from a trained run in --output_dir.")
 flags.DEFINE_string("dataset", "digits", "digits (bundled, no download), mnist, fashion_mnist, adult, abalone, pinwheel, "
                     "or tfds:<name>. Default per model: digits (privae), mnist (GANs, filter).")
-flags.DEFINE_string("data_dir", None, "Folder with the original-format data files (mnist/, fashion_mnist/, adult/, abalone/).")
+flags.DEFINE_string("data_dir", None, "Folder with the original-format data files (mnist/, fashion_mnist/, adult/, abalone/; "
+                    "or the dataset's own folder). Without it mnist is read from the copy bundled with tfpriv; "
+                    "with it the files must be there.")
 flags.DEFINE_string("feature_scaling", "auto", "adult/abalone preprocessing: public (fixed public constants and schema; "
                     "see tfpriv/data/uci.py), train (train-split mean/std and categories: not private, refused with "
                     "private training) or auto (public when a model is trained privately, train otherwise).")

@@ -8,6 +8,7 @@ behind. Library errors name library parameters; the job maps them to its flags
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import math
@@ -16,6 +17,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 
 import tensorflow as tf
 from absl import app, flags
@@ -75,6 +77,38 @@ def check_writable(output_dir: str) -> None:
     too_long = [name for name in missing if len(os.fsencode(name)) > name_max]
     if too_long:
         raise UsageError(f"--output_dir: cannot create {output_dir}: a folder name longer than {name_max} bytes")
+    probe_writing(output_dir, path, os.path.join(parent, missing[-1]) if missing else None)
+
+
+def probe_writing(output_dir: str, path: str, top_created: str | None) -> None:
+    """Creates the folder and a file in it, then removes both: permissions alone do not say
+    (root passes every access check, yet cannot write to /proc or a read-only mount). Only the
+    empty folders it created, from `path` up to `top_created`, are removed."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--output_dir: cannot write to {output_dir} ({exc.strerror or exc})") from None
+    finally:
+        folder = path
+        while top_created is not None and len(folder) >= len(top_created):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+            folder = os.path.dirname(folder)
+
+
+def model_line(model: str, dataset: str, flag_values: flags.FlagValues = FLAGS) -> str | None:
+    """The run's first line when --model or --dataset took a default because flags replaced the
+    main job (None when both were given, by flag or flag file)."""
+    given_model, given_dataset = flag_values["model"].present, flag_values["dataset"].present
+    if given_model and given_dataset:
+        return None
+    if given_model:
+        return f"model {model} on {dataset}, because {dataset} is the default --dataset of --model={model}"
+    defaults = "--model" if given_dataset else "--model and --dataset"
+    return (f"model {model} on {dataset}, because flags other than --output_dir replace the main job "
+            f"({MAIN_JOB}) with the defaults of {defaults} (--help)")
 
 
 def prepare(argv=None):
@@ -172,6 +206,9 @@ def main(argv) -> None:
         strategy = start_strategy()
         chief = distribute.is_chief(strategy)
         job, settings, output_dir = prepare(argv)
+        line = model_line(FLAGS.model, settings.dataset) if chief and FLAGS.mode == "train" else None
+        if line:
+            print(line, flush=True)
         existed = os.path.exists(output_dir)
         # Another worker of a multi-worker run writes to a temporary folder (only the chief writes).
         with distribute.use_strategy(strategy), \
@@ -225,8 +262,7 @@ def interrupted(job: Job | None, output_dir: str | None) -> None:
 
 def help_text() -> str:
     """tfpriv's flags grouped by job (absl's and TensorFlow's are under --helpfull)."""
-    doc = (sys.modules["__main__"].__doc__ or "").strip() or "python train.py [flags]"
-    parts = [doc, ""]
+    parts = [HELP_HEADER, ""]
     modules = tfpriv_flag_modules(FLAGS)
     for module in [m for m in HELP_SECTIONS if m in modules] + [m for m in modules if m not in HELP_SECTIONS]:
         rendered = FLAGS.module_help(module).strip("\n").splitlines()
@@ -239,17 +275,27 @@ def help_text() -> str:
 
 
 MAIN_JOB_FLAGFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_job.cfg")
+MAIN_JOB = "a DP-SGD VAE on MNIST"  # what main_job.cfg trains, in the lines below
+
+HELP_HEADER = f"""usage: python train.py [flags]   (installed: tfpriv-train [flags])
+
+With no flags (or only --output_dir and --audit flags) it runs the main job, {MAIN_JOB}:
+{MAIN_JOB_FLAGFILE}
+(--aggregation=micro, epsilon = 8 at delta = 1e-5, on the MNIST copy bundled with tfpriv, --seed=0 so
+that two runs give the same result); it prints epsilon and the test log-likelihood.
+Any other flag replaces the main job: unset flags take --model's defaults (--model=privae,
+--dataset=digits), and the run's first line says so. To change the main job, start from its file:
+python train.py --flagfile={MAIN_JOB_FLAGFILE} --epochs=10.
+Experiments: --flagfile=flags/NAME.cfg."""
 
 
 def with_main_job(argv: list[str]) -> list[str]:
     """No flags at all (or only --audit flags and --output_dir): the main job's flag file (a
-    private VAE on the bundled MNIST) first."""
+    private VAE on the bundled MNIST) first, and a line saying so."""
     if any(not a.startswith(("--audit", "--output_dir")) for a in argv[1:]):
         return argv
-    if len(argv) > 1:
-        return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *argv[1:]]
-    print(f"no flags: running the main job ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
-    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}"]
+    print(f"running the main job, {MAIN_JOB} ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
+    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *argv[1:]]
 
 
 def parse_flags(argv):
@@ -287,5 +333,5 @@ def process_main(argv) -> None:
 
 
 def entry_point() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    """Parses the flags and runs `main` (called by `tfpriv.cli.launch.entry_point`, after its Ctrl-C handler)."""
     app.run(process_main, flags_parser=parse_flags)

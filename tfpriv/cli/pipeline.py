@@ -24,6 +24,7 @@ from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.errors import UsageError
 from tfpriv.export import export_run
 from tfpriv.privacy.config import DPConfig
+from tfpriv.training.callbacks import StepProgressBar
 from tfpriv.training.distribute import training_scope
 from tfpriv.training.results import write_results
 from tfpriv.training.runner import PrivacyPlan, fit_private, plan_privacy, read_ledger
@@ -133,7 +134,7 @@ def train(built: Built, plan_: PrivacyPlan, train_dir: str, seed: int | None, ve
     start_step, start_epoch = checkpoint_position(train_dir)
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     fit = fit_private(built.model, built.arrays, plan_, built.optimizer, train_dir, seed=seed, verbose=verbose,
-                      extra_callbacks=[*callbacks, StopOnInterrupt()])
+                      extra_callbacks=[*callbacks, StopOnInterrupt(), StepProgressBar()])
     fit["segment"] = {
         "started": started, "start_step": start_step, "steps": fit["train_steps"] - start_step,
         "start_epoch": start_epoch, "epochs_completed": fit["epochs_completed"], "epsilon": fit["epsilon"],

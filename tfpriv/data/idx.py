@@ -5,16 +5,16 @@ unsigned bytes), the number of dimensions d, then d uint32 sizes, then the data 
 order. Image files have magic 2051 (0x00000803: ubyte, 3 dims), label files 2049
 (0x00000801: ubyte, 1 dim).
 
-MNIST also ships with the package (`tfpriv/data/bundled/mnist/`, package data, CC BY-SA 3.0; see
-the README there): when `data_dir` is unset, or is a folder that holds none of the four mnist
-files, `load_mnist` reads the bundled copy, verified against the same MD5s. A `data_dir` that
-does not exist, or holds only some of the files, is still an error (a typo or a broken copy
-should not be replaced silently).
+The four files are read from `data_dir/<name>/` or, if they are not there, directly from
+`data_dir` (a `data_dir` pointing at the dataset's own folder). MNIST also ships with the package
+(`tfpriv/data/bundled/mnist/`, package data, CC BY-SA 3.0; see the README there): `load_mnist`
+reads the bundled copy, verified against the same MD5s, only when `data_dir` is None. A
+`data_dir` that was given is an instruction: if it does not exist or does not hold the files
+(all four), that is an error, never a silent switch to the bundled copy.
 """
 from __future__ import annotations
 
 import gzip
-import logging
 import os
 import pathlib
 import struct
@@ -39,9 +39,7 @@ _SPLIT_FILES = {
 BUNDLED_DIR = pathlib.Path(__file__).resolve().parent / "bundled"
 BUNDLED: tuple[str, ...] = ("mnist",)
 
-_log = logging.getLogger(__name__)
-
-# (dataset name, resolved data_dir) -> (identities of its four files, Dataset).
+# (dataset name, resolved folder of its files) -> (identities of its four files, Dataset).
 _cache: dict[tuple[str, str], tuple[tuple, Dataset]] = {}
 
 
@@ -84,67 +82,64 @@ def _magic(array: np.ndarray) -> int:
     return (_UBYTE << 8) | array.ndim
 
 
-def _read_split(root: pathlib.Path, name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    image_rel, label_rel = (f"{name}/{f}" for f in _SPLIT_FILES[split])
-    images = read_idx(root / image_rel, expected_md5=checksums.MD5[image_rel])
-    labels = read_idx(root / label_rel, expected_md5=checksums.MD5[label_rel])
+def _read_split(folder: pathlib.Path, name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    image_file, label_file = _SPLIT_FILES[split]
+    images = read_idx(folder / image_file, expected_md5=checksums.MD5[f"{name}/{image_file}"])
+    labels = read_idx(folder / label_file, expected_md5=checksums.MD5[f"{name}/{label_file}"])
     if _magic(images) != IMAGE_MAGIC or images.shape[1:] != (28, 28):
-        raise DataError(f"{root / image_rel}: expected images [N,28,28], got {images.shape}")
+        raise DataError(f"{folder / image_file}: expected images [N,28,28], got {images.shape}")
     if _magic(labels) != LABEL_MAGIC or labels.shape != (images.shape[0],):
         n = images.shape[0]
-        raise DataError(f"{root / label_rel}: expected {n} labels, got shape {labels.shape}")
+        raise DataError(f"{folder / label_file}: expected {n} labels, got shape {labels.shape}")
     if labels.size and labels.max() > 9:
-        raise DataError(f"{root / label_rel}: label values must be 0..9, got {labels.max()}")
+        raise DataError(f"{folder / label_file}: label values must be 0..9, got {labels.max()}")
     return images, labels
 
 
-def _relpaths(name: str) -> list[str]:
-    return [f"{name}/{f}" for pair in _SPLIT_FILES.values() for f in pair]
+_FILES: tuple[str, ...] = tuple(f for pair in _SPLIT_FILES.values() for f in pair)
 
 
 def bundled_root(name: str) -> pathlib.Path | None:
     """The package folder holding `name`'s bundled files (BUNDLED_DIR), or None if not shipped."""
-    if name in BUNDLED and all((BUNDLED_DIR / rel).is_file() for rel in _relpaths(name)):
+    if name in BUNDLED and all((BUNDLED_DIR / name / f).is_file() for f in _FILES):
         return BUNDLED_DIR
     return None
 
 
 def data_root(name: str, data_dir: str | os.PathLike | None) -> pathlib.Path:
-    """The folder `name`'s files are read from: `data_dir`, or the bundled copy.
+    """The folder holding `name`'s four files: `data_dir/<name>/`, else `data_dir` itself; the
+    bundled copy (mnist) only when `data_dir` is None.
 
-    The bundled copy (mnist) is used when `data_dir` is None or an existing folder holding none
-    of the four files. Otherwise the messages are the usual ones: no `data_dir`
-    (`UsageError`), not a directory, or a missing file (`DataError`).
+    Errors: no `data_dir` for a dataset that is not bundled (`UsageError`); a `data_dir` that is
+    not a directory, holds only some of the files (a broken copy), or none of them in either
+    place (`DataError`, naming the folders and files looked for).
     """
-    rels = _relpaths(name)
     bundled = bundled_root(name)
-    if bundled is not None:
-        if data_dir is None:
-            return bundled
-        path = pathlib.Path(data_dir).expanduser()
-        if path.is_dir() and not any((path / rel).exists() for rel in rels):
-            _log.info("%s: %s has no %s/ files; reading the copy bundled with tfpriv (%s)",
-                      name, path, name, bundled / name)
-            return bundled
+    if data_dir is None and bundled is not None:
+        return bundled / name
     root = checksums.require_data_dir(data_dir, name)
-    for rel in rels:
-        if not (root / rel).is_file():
-            raise DataError(f"data_dir: {root} has no {rel}")
-    return root
+    for folder in (root / name, root):
+        missing = [f for f in _FILES if not (folder / f).is_file()]
+        if not missing:
+            return folder
+        if len(missing) < len(_FILES):
+            raise DataError(f"data_dir: {root} has no {(folder / missing[0]).relative_to(root)}")
+    hint = "; the copy bundled with tfpriv is read only when no data_dir is given" if bundled is not None else ""
+    raise DataError(f"data_dir: {root} has no {name} files (looked for {', '.join(_FILES)} "
+                    f"in {root / name}/ and in {root}/){hint}")
 
 
 def _load(name: str, data_dir: str | os.PathLike | None) -> Dataset:
-    root = data_root(name, data_dir)
-    rels = _relpaths(name)
-    identities = tuple(checksums.file_identity(root / rel) for rel in rels)
-    cache_key = (name, str(root.resolve()))
+    folder = data_root(name, data_dir)
+    identities = tuple(checksums.file_identity(folder / f) for f in _FILES)
+    cache_key = (name, str(folder.resolve()))
     hit = _cache.get(cache_key)
     if hit is not None and hit[0] == identities:
         return fresh_copy(hit[1])
 
     x, y = {}, {}
     for split in _SPLIT_FILES:
-        images, labels = _read_split(root, name, split)
+        images, labels = _read_split(folder, name, split)
         pixels = images[..., None].astype(np.float32)
         pixels /= np.float32(255.0)
         x[split], y[split] = pixels, labels.astype(np.int64)
@@ -165,15 +160,16 @@ def _load(name: str, data_dir: str | os.PathLike | None) -> Dataset:
 def load_mnist(data_dir: str | os.PathLike | None = None, *, seed: int = 0) -> Dataset:
     """MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"}.
 
-    Read from `data_dir/mnist/`, or from the bundled copy if `data_dir` is None or holds no
-    mnist files (see the module docstring); MD5-verified either way.
+    Read from `data_dir/mnist/` (or `data_dir` itself), or from the bundled copy if `data_dir`
+    is None (see the module docstring); MD5-verified either way.
     """
     del seed  # fixed original split
     return _load("mnist", data_dir)
 
 
 def load_fashion_mnist(data_dir: str | os.PathLike | None, *, seed: int = 0) -> Dataset:
-    """Fashion-MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"}."""
+    """Fashion-MNIST: 60000 train / 10000 test images [N,28,28,1] in [0,1], labels {"label"};
+    read from `data_dir/fashion_mnist/` (or `data_dir` itself)."""
     del seed  # fixed original split
     return _load("fashion_mnist", data_dir)
 

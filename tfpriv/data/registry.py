@@ -105,8 +105,8 @@ def load_dataset(
 ) -> Dataset:
     """Load dataset `name` from `data_dir` (files verified against their md5).
 
-    `mnist` also ships with the package: it is read from the bundled copy when `data_dir` is
-    None or an existing folder with no `mnist/` files (`tfpriv.data.idx.data_root`).
+    `mnist` also ships with the package: it is read from the bundled copy only when `data_dir`
+    is None; a given `data_dir` must hold the files (`tfpriv.data.idx.data_root`).
 
     `seed` only changes synthetic data (pinwheel); the train/test splits of real datasets
     are fixed so that test sets are comparable across runs. `download` is honoured only for

@@ -54,7 +54,8 @@ flags.DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic exampl
 flags.DEFINE_integer("downstream_epochs", 3, "Conditional: epochs of the downstream CNN.")
 flags.DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
 flags.DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
-flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers (default ~/.cache/tfpriv).")
+flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers, used only where tfpriv's "
+                    "shipped copies are missing (default ~/.cache/tfpriv).")
 flags.DEFINE_boolean("public_scores", False, "Also score the samples with an evaluation classifier trained on the test "
                      "split only (metrics *_public: inception score, Frechet distance to the test set, label "
                      "agreement); --tune chooses by these, since the default classifier is trained on the training "
@@ -283,11 +284,11 @@ class GanRun(pipeline.TrainingRun):
 
 
 def _classifier(s: GanSettings, split: str = "train"):
-    """The dataset's evaluation classifier fitted on `split`: trained once (progress shown when
-    --verbose), then cached."""
+    """The dataset's evaluation classifier fitted on `split`: shipped with tfpriv (the training
+    split's); if missing, trained once (progress shown when --verbose), then cached."""
     from tfpriv.metrics import eval_classifier
-    path = eval_classifier.cached_model_path(s.dataset, s.classifier_cache_dir, split=split)
-    if not path.is_file():
+    if not eval_classifier.is_available(s.dataset, s.classifier_cache_dir, split=split):
+        path = eval_classifier.cached_model_path(s.dataset, s.classifier_cache_dir, split=split)
         on = "" if split == "train" else f" on the {split} split"
         progress(s, f"training the {s.dataset} evaluation classifier{on} ({eval_classifier.DEFAULT_EPOCHS} epochs; "
                     f"once, then cached in {path.parent}) ...")

@@ -2,8 +2,11 @@
 
 A small non-private CNN trained by the project on a dataset's real training images, one per
 dataset (MNIST: Schwabedal et al. use one at about 99.6% test accuracy; Fashion-MNIST: the same
-network). It is trained once and cached on disk, keyed by the dataset, MODEL_VERSION and the
-training settings, so every evaluation scores samples with the same network.
+network). The default classifiers (DEFAULT_EPOCHS, seed 0, all training images) ship with the
+package as Keras HDF5 weights in `eval_classifiers/` with their training record (test accuracy)
+next to them; other settings, or a missing/stale shipped copy, are trained once and cached on
+disk, keyed by the dataset, MODEL_VERSION, the split and the training settings, so every evaluation
+scores samples with the same network. They are evaluation tools, not released models.
 
 `split="train"` (the default, comparable with the literature) fits it on the training split, the
 same images a DP GAN trains on privately: its scores depend on that private data without noise,
@@ -11,8 +14,10 @@ so they only describe a run. `split="test"` fits it on the test split but its la
 images (its accuracy is measured on those) and never reads the training split: its scores read
 only public data and may choose among private runs (`train.py --tune`).
 
-Reproduce a cached model (prints test accuracy and wall time, writes results.json):
-    python -m tfpriv.metrics.eval_classifier --dataset=mnist --data-dir ../shared/data
+Reproduce the shipped classifiers (seed 0, deterministic ops; prints each record):
+    python -m tfpriv.metrics.eval_classifier --ship --dataset mnist fashion_mnist --data-dir ../shared/data
+Train (or load) and cache one for other settings:
+    python -m tfpriv.metrics.eval_classifier --dataset=mnist --epochs=2 --data-dir ../shared/data
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import DataError, UsageError
-from tfpriv.training.results import write_results
+from tfpriv.training.results import write_json, write_results
 
 MODEL_VERSION = "cnn5x5-v1"  # bump when the architecture or training recipe changes
 DEFAULT_EPOCHS = 8
@@ -39,6 +44,7 @@ DEFAULT_CACHE_DIR = pathlib.Path("~/.cache/tfpriv/eval_classifier")
 DATASETS = ("mnist", "fashion_mnist")
 SPLITS = ("train", "test")  # what the classifier is fitted on
 TEST_HOLDOUT = 1000  # split="test": the last test images, kept out of fitting to measure accuracy
+SHIPPED_DIR = pathlib.Path(__file__).resolve().parent / "eval_classifiers"
 
 
 def _check_dataset(dataset: str) -> None:
@@ -141,7 +147,8 @@ def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> N
 def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS,
                          seed: int = 0, max_train_examples: Optional[int] = None,
                          verbose: int = 0, split: str = "train") -> tf.keras.Model:
-    """The cached classifier for these settings (fitted on `split`), training and caching it on first use.
+    """The shipped classifier for the default settings (split "train"), else the cached one for these
+    settings (fitted on `split`), training and caching it on first use.
 
     Cache: `<cache_dir>/<cache_key>/model.keras` with `info.json` (test accuracy, wall time)
     and `results.json`; cache_dir defaults to ~/.cache/tfpriv/eval_classifier.
@@ -150,6 +157,9 @@ def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None,
         raise UsageError(f"epochs: must be >= 1, got {epochs}")
     if max_train_examples is not None and max_train_examples < 1:
         raise UsageError(f"max_train_examples: must be >= 1, got {max_train_examples}")
+    shipped = shipped_classifier(dataset, epochs, seed, max_train_examples, split)
+    if shipped is not None:
+        return shipped
     model_path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples, split)
     directory, root = model_path.parent, model_path.parent.parent
     if model_path.is_file():
@@ -169,9 +179,69 @@ def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None,
     return model
 
 
+def shipped_paths(dataset: str, directory: Optional[pathlib.Path] = None) -> Tuple[pathlib.Path, pathlib.Path]:
+    """(weights, training record) of the dataset's shipped classifier.
+
+    The weights are Keras' legacy HDF5 format (not `.weights.h5`): it holds the layers' weights
+    only and loads them by layer order, so tf.keras 2.15 and tf_keras 2.21 both read it whatever
+    names the layers got in the loading process.
+    """
+    _check_dataset(dataset)
+    directory = SHIPPED_DIR if directory is None else directory
+    return directory / f"{dataset}_weights.h5", directory / f"{dataset}.json"
+
+
+def shipped_info(dataset: str, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
+                 max_train_examples: Optional[int] = None, split: str = "train") -> Optional[Dict]:
+    """The training record of the shipped classifier if it exists and was trained with these
+    settings (on the training split) and this MODEL_VERSION, else None."""
+    weights, info_path = shipped_paths(dataset)
+    if split != "train" or not (weights.is_file() and info_path.is_file()):
+        return None
+    info = json.loads(info_path.read_text())
+    wanted = {"model_version": MODEL_VERSION, "epochs": epochs, "seed": seed, "batch_size": DEFAULT_BATCH_SIZE}
+    if max_train_examples is not None or any(info.get(k) != v for k, v in wanted.items()):
+        return None
+    return info
+
+
+def shipped_classifier(dataset: str, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
+                       max_train_examples: Optional[int] = None, split: str = "train") -> Optional[tf.keras.Model]:
+    """The shipped classifier for these settings, or None (other settings, or not shipped)."""
+    if shipped_info(dataset, epochs, seed, max_train_examples, split) is None:
+        return None
+    model = build_classifier()
+    model.load_weights(shipped_paths(dataset)[0])
+    return model
+
+
+def is_available(dataset: str, cache_dir: Optional[str] = None, split: str = "train") -> bool:
+    """Whether `get_classifier` with the default settings loads a classifier (shipped or cached)
+    instead of training one."""
+    return (shipped_info(dataset, split=split) is not None
+            or cached_model_path(dataset, cache_dir, split=split).is_file())
+
+
+def ship(dataset: str, data_dir: str, directory: Optional[pathlib.Path] = None) -> Dict:
+    """Trains the default classifier (seed 0, deterministic ops) and writes its weights and
+    training record to `directory` (the package's copy by default); returns the record."""
+    tf.config.experimental.enable_op_determinism()
+    model, info = train_classifier(dataset, data_dir, verbose=2)
+    info["command"] = ("python -m tfpriv.metrics.eval_classifier --ship --dataset mnist fashion_mnist "
+                       "--data-dir DATA_DIR")
+    weights, info_path = shipped_paths(dataset, directory)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    model.save_weights(weights, save_format="h5")
+    write_json(str(info_path), info, indent=2, sort_keys=True)
+    return info
+
+
 def load_info(dataset: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
               max_train_examples: Optional[int] = None, split: str = "train") -> Dict:
-    """The training record (test accuracy, wall time, ...) of a cached classifier."""
+    """The training record (test accuracy, wall time, ...) of the shipped or cached classifier."""
+    info = shipped_info(dataset, epochs, seed, max_train_examples, split)
+    if info is not None:
+        return info
     path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples, split).parent / "info.json"
     if not path.is_file():
         raise DataError(f"{path}: no cached {dataset} evaluation classifier for these settings", param="cache_dir")
@@ -199,21 +269,29 @@ def classifier_outputs(model: tf.keras.Model, images: np.ndarray,
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(description="Train (or load) and cache a GAN evaluation classifier.")
-    parser.add_argument("--dataset", default="mnist", choices=DATASETS)
+    parser.add_argument("--dataset", nargs="+", default=["mnist"], choices=DATASETS)
     parser.add_argument("--data-dir", required=True, help="folder holding mnist/ and fashion_mnist/")
     parser.add_argument("--cache-dir", default=None, help="default ~/.cache/tfpriv/eval_classifier")
     parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split", default="train", choices=SPLITS, help="fit on the training or the test split")
+    parser.add_argument("--ship", action="store_true",
+                        help=f"train the default classifiers (seed 0, {DEFAULT_EPOCHS} epochs) into {SHIPPED_DIR}")
     args = parser.parse_args(argv)
-    try:
-        get_classifier(args.dataset, args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2,
-                       split=args.split)
-        info = load_info(args.dataset, args.cache_dir, epochs=args.epochs, seed=args.seed, split=args.split)
-    except UsageError as err:
-        print(err, file=sys.stderr)
-        return 2
-    print(json.dumps(info, indent=2, sort_keys=True))
+    if args.ship and (args.epochs, args.seed, args.split) != (DEFAULT_EPOCHS, 0, "train"):
+        parser.error(f"--ship trains the shipped settings (--epochs={DEFAULT_EPOCHS}, --seed=0, --split=train)")
+    for dataset in args.dataset:
+        try:
+            if args.ship:
+                info = ship(dataset, args.data_dir)
+            else:
+                get_classifier(dataset, args.data_dir, args.cache_dir, epochs=args.epochs, seed=args.seed, verbose=2,
+                               split=args.split)
+                info = load_info(dataset, args.cache_dir, epochs=args.epochs, seed=args.seed, split=args.split)
+        except UsageError as err:
+            print(err, file=sys.stderr)
+            return 2
+        print(json.dumps(info, indent=2, sort_keys=True), flush=True)
     return 0
 
 

@@ -81,3 +81,26 @@ class CheckpointCallback(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.epoch.assign(epoch + 1)
         self.manager.save(checkpoint_number=epoch + 1)
+
+
+class StepProgressBar(tf.keras.callbacks.ProgbarLogger):
+    """Keras' progress bar in steps, except that an epoch stopped early (a step or time limit, the
+    privacy budget) ends at the steps it took (`20/20`), not at a full epoch's (`59/59`).
+
+    Counts a `DPModel`'s `step_count` (one per Keras step), so it adds no per-batch hook. Keras
+    uses it instead of its own bar when it is among `fit`'s callbacks.
+    """
+
+    def __init__(self):
+        super().__init__(count_mode="steps")
+        self.epoch_start = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_start = int(self.model.step_count.numpy())
+        super().on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        taken = int(self.model.step_count.numpy()) - self.epoch_start
+        if self.target is not None and 0 < taken < self.target:
+            self.target = self.progbar.target = taken
+        super().on_epoch_end(epoch, logs)

@@ -1,0 +1,29 @@
+"""The command line's entry point (`train.py`, `tfpriv-train`, `python -m tfpriv.gan`): the Ctrl-C
+handler first, then TensorFlow.
+
+Importing TensorFlow takes seconds; Ctrl-C during them ends the process with one line and exit
+code 130 instead of an import traceback. This module imports neither tfpriv's modules nor
+TensorFlow before the handler is installed, then TensorFlow through `tfpriv.tf_logs` (its start-up
+lines filtered by TF_CPP_MIN_LOG_LEVEL, 3 unless set); `tfpriv.cli.main.main` replaces it with the handler
+of a run (which stops training at the next step and says how to resume).
+"""
+import os
+import signal
+import sys
+
+
+def interrupted_while_starting(signum, frame) -> None:
+    """SIGINT before any run started: one line, exit 130 (nothing was written yet)."""
+    sys.stderr.write("interrupted while starting (nothing was written)\n")
+    sys.stderr.flush()
+    os._exit(130)  # not an exception: it would unwind through TensorFlow's import machinery
+
+
+def entry_point() -> None:
+    signal.signal(signal.SIGINT, interrupted_while_starting)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from tfpriv.tf_logs import import_tensorflow
+    import_tensorflow()  # TF_CPP_MIN_LOG_LEVEL also for the lines TensorFlow writes while it loads
+    from tfpriv.cli import main
+
+    main.entry_point()
