@@ -26,7 +26,7 @@ def test_load_mnist_shapes_and_range(data_dir):
     assert np.bincount(y_test).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 
-# The shipped classifiers' test accuracy at least (docs/results/dpwgan.md: 99.38 %, 91.95 %).
+# The shipped classifiers' test accuracy at least (experiments/dpwgan/README.md: 99.38 %, 91.95 %).
 SHIPPED_MIN_ACCURACY = {"mnist": 0.993, "fashion_mnist": 0.915}
 
 
