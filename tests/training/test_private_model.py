@@ -184,3 +184,28 @@ def test_an_unknown_loss_name_is_refused():
         _private(_mlp(), "crossentropy", N)
     with pytest.raises(ConfigError, match="^loss: expected"):
         _private(_mlp(), 3, N)
+
+
+@pytest.mark.parametrize("functional", [False, True])
+@pytest.mark.parametrize("bad_id", [50, -1])
+def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
+    """Leak 3 for token ids: an id outside the Embedding's [0, input_dim) would abort the step in the
+    lookup; that example is dropped (counted) and the rest train."""
+    tf.keras.utils.set_random_seed(0)
+    if functional:
+        tokens = tf.keras.Input([6], dtype="int32")
+        h = tf.keras.layers.GlobalAveragePooling1D()(tf.keras.layers.Embedding(50, 4)(tokens))
+        model = tf.keras.Model(tokens, tf.keras.layers.Dense(3)(h))
+    else:
+        model = tf.keras.Sequential([tf.keras.Input([6], dtype="int32"), tf.keras.layers.Embedding(50, 4),
+                                     tf.keras.layers.GlobalAveragePooling1D(), tf.keras.layers.Dense(3)])
+    x = np.random.default_rng(0).integers(0, 50, size=(16, 6)).astype(np.int32)
+    x[3, 2] = bad_id
+    y = np.arange(16) % 3
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0)
+    dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy", config, num_examples=16,
+                                   batch_size=16, delta=1e-3)
+    dp_model.compile(optimizer="sgd", metrics=["accuracy"])
+    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbose=0)
+    assert history.history["dropped"] == [1.0]
+    assert np.isfinite(history.history["loss"][0])

@@ -54,14 +54,17 @@ class PrivateModel(DPModel):
         return TermSpec(sample=("loss",))
 
     def private_inputs(self, data):
-        """(x, y, drop): drop [B] is NaN for an example whose class label is out of range and 0
-        otherwise, so the engine drops that example as it drops non-finite inputs (clip factor 0,
-        counted in `dropped`) instead of the loss aborting the step on it."""
+        """(x, y, drop): drop [B] is NaN for an example whose class label or token id (an input
+        read by an Embedding) is out of range and 0 otherwise, so the engine drops that example as
+        it drops non-finite inputs (clip factor 0, counted in `dropped`) instead of the loss aborting
+        the step on it; its out-of-range ids are set to 0 so the forward pass runs."""
         x, y = _unpack(data)
         drop = tf.zeros(tf.shape(tf.nest.flatten(x)[0])[:1])
-        _, valid = class_labels(y, self._output_shape, self.sparse_loss)
-        if valid is not None:
-            drop = tf.where(valid, drop, float("nan"))
+        x, ids_valid = embedding_ids(self.model, x)
+        _, labels_valid = class_labels(y, self._output_shape, self.sparse_loss)
+        for valid in (ids_valid, labels_valid):
+            if valid is not None:
+                drop = tf.where(valid, drop, float("nan"))
         return x, y, drop
 
     def loss_terms(self, data, layout: BatchLayout, training: bool = True) -> LossTerms:
@@ -97,14 +100,16 @@ class PrivateModel(DPModel):
         return {m.name: m.result() for m in self.metrics}
 
     def _kept(self, data):
-        """(labels, predictions) of the examples training keeps: not those with NaN/inf inputs or
-        an out-of-range class label, which the engine drops."""
+        """(labels, predictions) of the examples training keeps: not those with NaN/inf inputs, an
+        out-of-range token id or class label, which the engine drops."""
         data, ok = finite_examples(_unpack(data), tf.shape(tf.nest.flatten(data[0])[0])[0])
         x, y = data
+        x, ids_valid = embedding_ids(self.model, x)
         y_pred = self(x, training=False)
         y, valid = class_labels(y, y_pred.shape if isinstance(y_pred, tf.Tensor) else None, self.sparse_loss)
-        if valid is not None:
-            ok &= valid
+        for v in (ids_valid, valid):
+            if v is not None:
+                ok &= v
         return tf.nest.map_structure(lambda t: tf.boolean_mask(t, ok), (y, y_pred))
 
     def save(self, filepath, *args, **kwargs):
@@ -156,6 +161,50 @@ def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[
     in_range = (y >= tf.zeros([], y.dtype)) & (y < tf.cast(k, y.dtype))
     valid = tf.reduce_all(tf.reshape(in_range, [tf.shape(y)[0], -1]), axis=1)
     return tf.where(in_range, y, tf.zeros_like(y)), valid
+
+
+def embedding_ids(model: tf.keras.Model, x) -> tuple[object, tf.Tensor | None]:
+    """(x with out-of-range token ids set to 0, valid [B] bool), or (x, None) when no input of
+    `model` is read directly by an Embedding.
+
+    An id outside [0, input_dim) would abort the step inside the embedding lookup (on CPU): a
+    data-dependent crash outside epsilon. Screened: the inputs of a Sequential model whose first
+    layer is an Embedding, and the inputs of a functional model that Embedding layers read directly
+    (bound: the smallest input_dim among them). Ids computed inside a subclassed model are not seen.
+    """
+    bounds = _embedding_bounds(model)
+    if not bounds:
+        return x, None
+    flat, valid = list(tf.nest.flatten(x)), None
+    for i, bound in bounds.items():
+        if i >= len(flat):
+            continue
+        t = tf.convert_to_tensor(flat[i])
+        in_range = (t >= tf.zeros([], t.dtype)) & (t < tf.cast(bound, t.dtype))
+        ok = tf.reduce_all(tf.reshape(in_range, [tf.shape(t)[0], -1]), axis=1)
+        valid = ok if valid is None else valid & ok
+        flat[i] = tf.where(in_range, t, tf.zeros_like(t))
+    return tf.nest.pack_sequence_as(x, flat), valid
+
+
+def _embedding_bounds(model: tf.keras.Model) -> dict[int, int]:
+    """Position of a model input -> the smallest input_dim of the Embedding layers reading it directly."""
+    embedding = tf.keras.layers.Embedding
+    if isinstance(model, tf.keras.Sequential):
+        first = model.layers[0] if model.layers else None
+        return {0: first.input_dim} if isinstance(first, embedding) else {}
+    inputs, bounds = list(getattr(model, "inputs", None) or []), {}
+    for layer in getattr(model, "layers", []):
+        if not isinstance(layer, embedding):
+            continue
+        try:
+            read = layer.input
+        except (AttributeError, ValueError):  # not called, or called on several inputs
+            continue
+        for i, t in enumerate(inputs):
+            if read is t:
+                bounds[i] = min(bounds.get(i, layer.input_dim), layer.input_dim)
+    return bounds
 
 
 def _unpack(data):
