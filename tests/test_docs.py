@@ -2,7 +2,7 @@
 
 The blocks of one file run in order in one fresh Python process (a later block uses the names
 an earlier one defined, as a reader would), in a temporary folder, after the file's setup: the
-run folders its blocks load. The README's `runs/fm` is a real (one-epoch, digits) `train.py`
+run folders its blocks load. The user guide's `runs/fm` is a real (one-epoch, digits) `train.py`
 run; `runs/gan` and `runs/filter` are untrained models saved in a run's layout, since training
 them takes minutes and the blocks only load and sample them. A block fenced ```python no-run
 is illustrative and skipped.
@@ -22,7 +22,7 @@ FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 # The run folders a file's blocks load, made before its blocks run (shell commands, then Python
 # in a namespace of its own, so that it cannot supply a name a block forgot to define).
 SETUP = {
-    "README.md": (
+    "docs/guide.md": (
         [[sys.executable, os.path.join(REPO, "train.py"), "--model=privae", "--dataset=digits", "--epochs=1",
           "--seed=0", "--verbose=0", "--output_dir=runs/fm"]],
         """

@@ -258,12 +258,13 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_readme_tuning_section_links_to_the_derivations_and_caps_k_within_delta(tmp_path, capsys):
-    """Its links into docs/privacy.md name existing sections, and its command's --max_trials is at
-    least the smallest cap that fits in delta (which a too-small cap's refusal names, planning only)."""
-    section = (REPO_ROOT / "README.md").read_text().split("### Tuning (`--tune`)")[1].split("\n#")[0]
+def test_the_guide_tuning_section_links_to_the_derivations_and_caps_k_within_delta(tmp_path, capsys):
+    """The user guide's tuning section: its links into docs/privacy.md name existing sections, and its
+    command's --max_trials is at least the smallest cap that fits in delta (which a too-small cap's
+    refusal names, planning only)."""
+    section = (REPO_ROOT / "docs" / "guide.md").read_text().split("### Tuning (`--tune`)")[1].split("\n#")[0]
     headings = re.findall(r"^#+ (.+)$", (REPO_ROOT / "docs" / "privacy.md").read_text(), re.M)
-    anchors = re.findall(r"docs/privacy\.md#([\w-]+)", section)
+    anchors = re.findall(r"\(privacy\.md#([\w-]+)", section)
     assert anchors and set(anchors) <= {github_anchor(h) for h in headings}
     command = re.search(r"^python train\.py (--tune .*--max_trials=(\d+).*)$", section, re.M)
     args = [a for a in command.group(1).split() if not a.startswith(("--output_dir", "--max_trials"))]
