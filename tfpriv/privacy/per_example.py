@@ -4,9 +4,10 @@
 backward pass of the whole batch once per row (B backward passes of B examples: O(B^2)). On the
 DP-WGAN-GP critic, whose gradient penalty differentiates through the model twice, that is ~39 s
 per step at B=128 on 2 cores. This path instead evaluates the loss of each example as a batch of
-one under `tf.vectorized_map` (one forward and one backward pass per example, vectorized: O(B))
-and hands the gradients to the engine's own clip factors, weighted sums and noise
-(`JacobianSums`). Like the Jacobian path it is exact for second-order losses.
+one under `tf.vectorized_map` (one forward and one backward pass per example, vectorized: O(B);
+one example after another where pfor cannot vectorize the model, e.g. LSTM/GRU: `map_examples`)
+and hands the gradients to the engine's own clip factors, weighted sums and noise (`JacobianSums`).
+Like the Jacobian path it is exact for second-order losses.
 
 Batch-wise terms, when active:
   singleton partitions (`num_partitions=0`): example i's partition is example i, so its psi is
@@ -22,7 +23,9 @@ numbers drawn inside the loss: pass randomness as per-example inputs).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import contextlib
+import logging
+from typing import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -56,6 +59,42 @@ def _scalars(values, names: Sequence[str]) -> dict[str, tf.Tensor]:
     return {k: tf.reshape(values[k], []) for k in names}
 
 
+@contextlib.contextmanager
+def _quiet_tensorflow_logger() -> Iterator[None]:
+    """Silences pfor's error log of a conversion that `map_examples` handles by not vectorizing."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def map_examples(fn: Callable, inputs):
+    """`fn` of each example of `inputs`, stacked: vectorized by pfor where TensorFlow can convert
+    `fn`, else one example after another (`tf.map_fn`; same values, slower).
+
+    TF 2.15's pfor cannot convert the backward pass of the `while_loop` of Keras' LSTM and GRU
+    (also inside Bidirectional), nor of a SimpleRNN after an Embedding (`TypeError: dtype
+    <variant> ...` while tracing). Whether it converts is tried in a separate trace, so a
+    failed conversion leaves no ops in the caller's graph.
+    """
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
+    try:
+        with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
+            stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
+                                  autograph=False).get_concrete_function(spec)
+    except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
+        tf.get_logger().warning("DP engine: per-example gradients run one example after another (pfor cannot "
+                                "vectorize this model: %s)", type(err).__name__)
+        example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
+        outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
+        signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
+        return tf.map_fn(fn, inputs, fn_output_signature=signature)
+    return stacked(inputs)
+
+
 def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], spec: TermSpec,
                       batch_size: tf.Tensor, singleton_psi: bool = False, psi_grads: bool = False):
     """Per-example grads of phi_i, and of psi of example i alone (`psi_grads`), plus term values.
@@ -83,8 +122,7 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
         return g_phi, g_psi, _scalars(terms.sample, spec.sample), _scalars(terms.batch, batch_names)
 
     def vectorized():
-        with vectorized_conv_filter_gradients():
-            return tf.vectorized_map(one, inputs, fallback_to_while_loop=True)
+        return map_examples(one, inputs)
 
     def empty():  # a Poisson batch can be empty (noise only); pfor cannot stack 0 rows
         none = [tf.zeros(tf.concat([[0], tf.shape(v)], 0), v.dtype) for v in variables]
