@@ -23,14 +23,12 @@ numbers drawn inside the loss: pass randomness as per-example inputs).
 """
 from __future__ import annotations
 
-import contextlib
-import logging
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
 from tfpriv.privacy.clipping import JacobianSums, jacobian
-from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
+from tfpriv.privacy.pfor_rules import map_examples
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
@@ -57,42 +55,6 @@ def _as_batch_of_one(example):
 
 def _scalars(values, names: Sequence[str]) -> dict[str, tf.Tensor]:
     return {k: tf.reshape(values[k], []) for k in names}
-
-
-@contextlib.contextmanager
-def _quiet_tensorflow_logger() -> Iterator[None]:
-    """Silences pfor's error log of a conversion that `map_examples` handles by not vectorizing."""
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def map_examples(fn: Callable, inputs):
-    """`fn` of each example of `inputs`, stacked: vectorized by pfor where TensorFlow can convert
-    `fn`, else one example after another (`tf.map_fn`; same values, slower).
-
-    TF 2.15's pfor cannot convert the backward pass of the `while_loop` of Keras' LSTM and GRU
-    (also inside Bidirectional), nor of a SimpleRNN after an Embedding (`TypeError: dtype
-    <variant> ...` while tracing). Whether it converts is tried in a separate trace, so a
-    failed conversion leaves no ops in the caller's graph.
-    """
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
-    try:
-        with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
-            stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
-                                  autograph=False).get_concrete_function(spec)
-    except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
-        tf.get_logger().warning("DP engine: per-example gradients run one example after another (pfor cannot "
-                                "vectorize this model: %s)", type(err).__name__)
-        example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
-        outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
-        signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
-        return tf.map_fn(fn, inputs, fn_output_signature=signature)
-    return stacked(inputs)
 
 
 def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], spec: TermSpec,
