@@ -1,7 +1,8 @@
 """tfpriv: differentially private generative modelling in TensorFlow/Keras.
 
 Top level: `DPConfig` (how a loss is privatized), `make_private` (DP-SGD for your own Keras
-model), `DPModel` (the base of every private model family), `load` (the trained model of a
+model; `fix_model`/`validate_model` make it clippable per example, replacing BatchNormalization),
+`DPModel` (the base of every private model family), `load` (the trained model of a
 run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.export`).
 
 They are imported on first use (PEP 562), so that `import tfpriv.cli.launch` does not load
@@ -17,10 +18,13 @@ _EXPORTS = {
     "load": "tfpriv.trained",
     "DPModel": "tfpriv.training.dp_model",
     "PrivateModel": "tfpriv.training.private_model",
+    "fix_model": "tfpriv.training.model_fix",
+    "validate_model": "tfpriv.training.model_fix",
     "make_private": "tfpriv.training.private_model",
 }
 
-__all__ = ["DPConfig", "DPModel", "PrivateModel", "load", "make_private", "__version__"]
+__all__ = ["DPConfig", "DPModel", "PrivateModel", "fix_model", "load", "make_private", "validate_model",
+           "__version__"]
 
 
 def __getattr__(name: str):

@@ -19,13 +19,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import tensorflow as tf
 from absl import app
 from bench import throughput as T
-from tfpriv.privacy import per_example
+from tfpriv.privacy import pfor_rules
 
 PRIVATE = "micro, clipping=per_example"
 
 
 def previous(b):
-    with mock.patch.object(per_example, "vectorized_conv_filter_gradients", contextlib.nullcontext):
+    with mock.patch.object(pfor_rules, "vectorized_conv_filter_gradients", contextlib.nullcontext):
         return T.critic_config(PRIVATE, b, label=f"{PRIVATE} (previous)")   # traced here
 
 

@@ -51,12 +51,30 @@ def gp_loss_fn(model):
     return loss_fn
 
 
+def recurrent(layer):
+    """[5, 3] sequences -> `layer()` -> Dense: per-example gradients pfor cannot vectorize in TF 2.15."""
+
+    def build(seed: int = 0) -> tf.keras.Model:
+        tf.keras.utils.set_random_seed(seed)
+        return tf.keras.Sequential([tf.keras.Input([5, 3]), layer(), tf.keras.layers.Dense(3)])
+
+    return build
+
+
+L = tf.keras.layers
+SEQUENCE_LOSS = lambda m: models.make_loss_fn(m, with_batch_term=False)  # noqa: E731
 CASES = {
     "dense-gp": (models.mlp_model, gp_loss_fn, [8, 7], GP_SPEC),
     "conv-gp": (small_conv, gp_loss_fn, [8, 6, 6, 2], GP_SPEC),
     "dense": (models.mlp_model, lambda m: models.make_loss_fn(m, with_batch_term=False), [8, 7], models.SAMPLE_ONLY),
     "conv": (models.conv_model, lambda m: models.make_loss_fn(m, with_batch_term=False), [8, 6, 6, 2],
              models.SAMPLE_ONLY),
+    "simple_rnn": (recurrent(lambda: L.SimpleRNN(4)), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
+    "gru": (recurrent(lambda: L.GRU(4)), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
+    "lstm": (recurrent(lambda: L.LSTM(4)), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
+    "bidirectional": (recurrent(lambda: L.Bidirectional(L.LSTM(2))), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
+    "time_distributed": (recurrent(lambda: tf.keras.Sequential([L.TimeDistributed(L.Dense(2)), L.Flatten()])),
+                         SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
 }
 
 
@@ -76,6 +94,31 @@ def test_clipped_sums_equal_naive_loop_and_jacobian_path(case):
     np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
     assert _rel_err(ref.flat(out["sample"]), naive) < RTOL
     assert _rel_err(ref.flat(out["sample"]), ref.flat(jac["sample"])) < RTOL
+
+
+@pytest.mark.parametrize("rnn", [L.SimpleRNN, L.LSTM], ids=["simple_rnn", "lstm"])
+def test_text_classifier_clipped_sum_equals_naive_loop(rnn):
+    """The issue's Embedding -> RNN -> Dense classifier (pfor fails on both after an Embedding)."""
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input([6], dtype="int32"), L.Embedding(50, 8), rnn(8), L.Dense(3)])
+    xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    ids = tf.random.stateless_uniform([8, 6], seed=[3, 4], maxval=50, dtype=tf.int32)
+    labels = tf.random.stateless_uniform([8], seed=[5, 6], maxval=3, dtype=tf.int32)
+
+    def loss_fn(data, layout):
+        x, y = data
+        return LossTerms({"loss": xent(y, model(x))})
+
+    def grad(i):
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(loss_fn((ids[i:i + 1], labels[i:i + 1]), None).sample["loss"])
+        return ref.flat([tf.convert_to_tensor(g) for g in tape.gradient(value, model.trainable_variables)])
+
+    g = [grad(i) for i in range(8)]
+    clip = float(np.median([np.linalg.norm(v) for v in g]))
+    out = engine_for(model, TermSpec(sample=("loss",)), l2_norm_clip=clip).clipped_sums(loss_fn, (ids, labels))
+    np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), [np.linalg.norm(v) for v in g], rtol=1e-4)
+    assert _rel_err(ref.flat(out["sample"]), sum(ref.clip(v, clip) for v in g)) < RTOL
 
 
 def _rel_err(a, b):

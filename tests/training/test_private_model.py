@@ -209,3 +209,20 @@ def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
     history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbose=0)
     assert history.history["dropped"] == [1.0]
     assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("clipping", ["fast", "per_example"])
+def test_text_classifier_with_lstm_trains(clipping):
+    """Embedding -> LSTM -> Dense (issue 34): fast clipping was refused, per_example crashed in pfor."""
+    L = tf.keras.layers
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8), L.Dense(3)])
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 50, (32, 6)).astype(np.int32), rng.integers(0, 3, 32)
+    dp_model = tfpriv.make_private(model, LOSS, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,
+                                                                noise_multiplier=1.1, clipping=clipping),
+                                   num_examples=32, batch_size=16, delta=1e-5)
+    dp_model.compile(optimizer="adam", metrics=["accuracy"])
+    history = dp_model.fit(x, y, epochs=1, verbose=0)
+    assert history.history["epsilon"][-1] == pytest.approx(epsilon_for([(16 / 32, 1.1, 2)], 1e-5))
+    assert 0 <= history.history["accuracy"][-1] <= 1

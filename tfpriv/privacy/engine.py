@@ -420,7 +420,8 @@ class DPGradientEngine:
             if off.max() > 1e-6 * max(1.0, np.abs(jac).max()):
                 raise ConfigError(
                     "DP engine: a sample-wise loss term depends on other examples in the batch "
-                    "(e.g. batch normalisation); declare it as a batch-wise term instead")
+                    "(e.g. BatchNormalization: tfpriv.fix_model(model) replaces it by GroupNormalization); "
+                    "a DPModel term that mixes examples on purpose is declared batch-wise")
         if self.recorder is not None:
             checked = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
             why = ("fast clipping is not exact for this model", "the loss uses a variable outside its layer's "

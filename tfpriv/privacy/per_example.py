@@ -4,9 +4,10 @@
 backward pass of the whole batch once per row (B backward passes of B examples: O(B^2)). On the
 DP-WGAN-GP critic, whose gradient penalty differentiates through the model twice, that is ~39 s
 per step at B=128 on 2 cores. This path instead evaluates the loss of each example as a batch of
-one under `tf.vectorized_map` (one forward and one backward pass per example, vectorized: O(B))
-and hands the gradients to the engine's own clip factors, weighted sums and noise
-(`JacobianSums`). Like the Jacobian path it is exact for second-order losses.
+one under `tf.vectorized_map` (one forward and one backward pass per example, vectorized: O(B);
+one example after another where pfor cannot vectorize the model, e.g. LSTM/GRU: `map_examples`)
+and hands the gradients to the engine's own clip factors, weighted sums and noise (`JacobianSums`).
+Like the Jacobian path it is exact for second-order losses.
 
 Batch-wise terms, when active:
   singleton partitions (`num_partitions=0`): example i's partition is example i, so its psi is
@@ -27,7 +28,7 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from tfpriv.privacy.clipping import JacobianSums, jacobian
-from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
+from tfpriv.privacy.pfor_rules import map_examples
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
@@ -83,8 +84,7 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
         return g_phi, g_psi, _scalars(terms.sample, spec.sample), _scalars(terms.batch, batch_names)
 
     def vectorized():
-        with vectorized_conv_filter_gradients():
-            return tf.vectorized_map(one, inputs, fallback_to_while_loop=True)
+        return map_examples(one, inputs)
 
     def empty():  # a Poisson batch can be empty (noise only); pfor cannot stack 0 rows
         none = [tf.zeros(tf.concat([[0], tf.shape(v)], 0), v.dtype) for v in variables]

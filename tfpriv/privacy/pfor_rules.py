@@ -1,4 +1,4 @@
-"""A vectorized pfor rule TensorFlow lacks: per-example convolution filter gradients.
+"""pfor for per-example gradients: a rule TensorFlow lacks, and `map_examples` where pfor fails.
 
 `tf.vectorized_map` (pfor) converts each op of the per-example function into one batched op. For
 `Conv2DBackpropFilter` whose layer input differs per example (every per-example gradient of a
@@ -17,7 +17,8 @@ input, NCHW, explicit padding, unknown filter shape) go to TensorFlow's own conv
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import logging
+from typing import Callable, Iterator
 
 import tensorflow as tf
 from tensorflow.python.ops.parallel_for import pfor as _pfor
@@ -58,3 +59,39 @@ def vectorized_conv_filter_gradients() -> Iterator[None]:
         yield
     finally:
         registry[_OP] = original
+
+
+@contextlib.contextmanager
+def _quiet_tensorflow_logger() -> Iterator[None]:
+    """Silences pfor's error log of a conversion that `map_examples` handles by not vectorizing."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def map_examples(fn: Callable, inputs):
+    """`fn` of each example of `inputs`, stacked: vectorized by pfor where TensorFlow can convert
+    `fn`, else one example after another (`tf.map_fn`; same values, slower).
+
+    TF 2.15's pfor cannot convert the backward pass of the `while_loop` of Keras' LSTM and GRU
+    (also inside Bidirectional), nor of a SimpleRNN after an Embedding (`TypeError: dtype
+    <variant> ...` while tracing). Whether it converts is tried in a separate trace, so a
+    failed conversion leaves no ops in the caller's graph.
+    """
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
+    try:
+        with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
+            stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
+                                  autograph=False).get_concrete_function(spec)
+    except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
+        tf.get_logger().warning("DP engine: per-example gradients run one example after another (pfor cannot "
+                                "vectorize them: %s)", type(err).__name__)
+        example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
+        outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
+        signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
+        return tf.map_fn(fn, inputs, fn_output_signature=signature)
+    return stacked(inputs)

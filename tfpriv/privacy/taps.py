@@ -21,24 +21,31 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy import rules
 
 Layer = tf.keras.layers.Layer
+# Layers tracked as one unit with all their sublayers' variables: an RNN calls its cell inside a
+# while_loop, where a cell call cannot be tapped (its gradient is not a tensor of the step's graph).
+UNITS = (tf.keras.layers.RNN, tf.keras.layers.Bidirectional)
 
 
 def leaf_layers(roots: Sequence[tf.Module]) -> list[Layer]:
-    """Layers (below `roots`) that own trainable variables directly, each once."""
+    """Layers (below `roots`) that own trainable variables directly (a `UNITS` layer: through its
+    sublayers, which are then not leaves), each once."""
     found: dict[int, Layer] = {}
     for root in roots:
         candidates = [root] if isinstance(root, Layer) else []
         if isinstance(root, Layer):
             candidates += list(root._flatten_layers(include_self=False, recursive=True))
+        inside_units = {id(s) for layer in candidates if isinstance(layer, UNITS)
+                        for s in layer._flatten_layers(include_self=False, recursive=True)}
         for layer in candidates:
-            own = _own_trainable(layer)
-            if own:
+            if id(layer) not in inside_units and _own_trainable(layer):
                 found.setdefault(id(layer), layer)
     return list(found.values())
 
 
 def _own_trainable(layer: Layer) -> list[tf.Variable]:
-    """Trainable variables of `layer` not owned by one of its sublayers."""
+    """Trainable variables of `layer` not owned by one of its sublayers (all of a `UNITS` layer's)."""
+    if isinstance(layer, UNITS):
+        return list(layer.trainable_weights)
     sub = {id(v) for s in layer._flatten_layers(include_self=False, recursive=True) for v in s.trainable_weights}
     return [v for v in layer.trainable_weights if id(v) not in sub]
 

@@ -28,6 +28,15 @@ def test_layers_without_a_rule_use_the_per_layer_fallback():
     check_rule(ScaledDense(3), x, "per_layer")
 
 
+def test_recurrent_layers_are_one_unit_of_the_per_layer_fallback():
+    """An RNN's cell runs inside a while_loop where its calls cannot be tapped: the RNN layer is the unit
+    (LSTM, GRU, Bidirectional: pfor cannot vectorize their backward pass, so one example after another)."""
+    L = tf.keras.layers
+    x = np.random.default_rng(0).normal(size=[5, 4, 2])
+    for layer in (L.SimpleRNN(3), L.GRU(3), L.LSTM(3), L.Bidirectional(L.LSTM(2))):
+        check_rule(layer, x, "per_layer")
+
+
 class _ClaimsAnyDense(DenseRule):
     """Mis-declared on purpose: supports Dense subclasses but declares only kernel and bias."""
 

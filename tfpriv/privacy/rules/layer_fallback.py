@@ -1,10 +1,12 @@
-"""The per-layer fallback: per-example gradients of one layer by a vectorised local VJP (any layer)."""
+"""The per-layer fallback: per-example gradients of one layer by a vectorised local VJP (any layer;
+one example after another where pfor cannot vectorize it, e.g. an LSTM: `pfor_rules.map_examples`)."""
 from __future__ import annotations
 
 from typing import Callable
 
 import tensorflow as tf
 
+from tfpriv.privacy import pfor_rules  # the module, not its names: pfor_rules imports rules.conv
 from tfpriv.privacy.rules.base import PerExampleRule, Tap
 
 
@@ -20,6 +22,8 @@ class PerLayerFallback(PerExampleRule):
         if not isinstance(inputs, tf.Tensor):
             raise TypeError(f"{layer.name}: the DP engine's per-layer fallback needs a single tensor input")
         out = original_call(inputs, **kwargs)
+        if not isinstance(out, tf.Tensor):
+            raise TypeError(f"{layer.name}: the DP engine's per-layer fallback needs a single tensor output")
         return out, out
 
     def per_example(self, tap: Tap, grad: tf.Tensor, batch_size: tf.Tensor, original_call: Callable) -> list[tf.Tensor]:
@@ -37,4 +41,4 @@ class PerLayerFallback(PerExampleRule):
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             return grads
 
-        return tf.vectorized_map(one, (x, g))
+        return pfor_rules.map_examples(one, (x, g))

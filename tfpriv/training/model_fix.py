@@ -1,0 +1,116 @@
+"""`fix_model` and `validate_model`: make a user's Keras model clippable per example (cf. Opacus'
+`ModuleValidator.fix` / `validate`).
+
+DP-SGD clips each example's gradient, so example i's loss must depend on example i alone, and
+nothing the model keeps may be learnt from the data outside the noised gradient. A trainable
+`BatchNormalization` breaks both: in training it normalises every example with statistics of
+the whole batch, and it updates its moving mean and variance from those statistics (saved with
+the model, never noised). `fix_model` replaces it by `GroupNormalization`, which normalises each
+example on its own. Groups: 32 (Wu & He's default) or, when the channel count C is not a
+multiple of 32, the largest divisor of C below 32 (GroupNormalization needs C divisible by the
+number of groups; C = 3 gives 3 groups of one channel, a prime C > 32 one group: layer
+normalisation over the channels).
+
+A frozen BatchNormalization (`trainable=False`) runs in inference mode in tf.keras, normalising
+with its fixed moving statistics and updating nothing, so it is per-example and left as it is.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfpriv.errors import ConfigError
+from tfpriv.privacy.taps import require_layer_owned
+
+MAX_GROUPS = 32
+Layer = tf.keras.layers.Layer
+
+
+def groups_for(channels: int) -> int:
+    """The largest divisor of `channels` that is at most `MAX_GROUPS`."""
+    return max(g for g in range(1, min(channels, MAX_GROUPS) + 1) if channels % g == 0)
+
+
+def _layers(model: Layer) -> list[Layer]:
+    return [model] + list(model._flatten_layers(include_self=False, recursive=True))
+
+
+def _problem(layer: Layer) -> str | None:
+    """Why `layer` cannot be trained with per-example clipping, or None."""
+    if isinstance(layer, tf.keras.layers.BatchNormalization) and layer.trainable:
+        return ("BatchNormalization mixes the examples of a batch (batch statistics) and updates its moving "
+                "statistics from them; replace it by GroupNormalization (tfpriv.fix_model does so in Sequential "
+                "and functional models)")
+    if not isinstance(layer, tf.keras.Model) and getattr(layer, "stateful", False) is True:
+        return "stateful=True carries one batch's examples into the next batches' gradients; use stateful=False"
+    return None
+
+
+def validate_model(model: tf.keras.Model) -> list[str]:
+    """The reasons `model` cannot be trained with per-example clipping, one per problem, each naming
+    its layer (empty: none found). The engine's first-batch check (`DPGradientEngine.verify`)
+    remains the final word: it also catches what no layer type reveals (e.g. a loss mixing examples)."""
+    problems = [f"{layer.name}: {why}" for layer in _layers(model) if (why := _problem(layer)) is not None]
+    try:
+        require_layer_owned([model], model.trainable_variables)
+    except ConfigError as err:
+        problems.append(str(err).removeprefix("DP engine: "))
+    return problems
+
+
+def _group_norm(bn: tf.keras.layers.BatchNormalization) -> Layer:
+    """A GroupNormalization with `bn`'s axis, epsilon, centring, scaling, initializers, regularizers,
+    constraints and dtype; its weights are fresh (gamma = 1, beta = 0 with the default initializers)."""
+    config = bn.get_config()
+    axis = config["axis"]
+    axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
+    if not isinstance(axis, int) or not bn.built:
+        return bn  # a multi-axis or unbuilt BatchNormalization: left for validate_model to report
+    channels = int(bn.moving_mean.shape[0])
+    keys = ("epsilon", "center", "scale", "beta_initializer", "gamma_initializer", "beta_regularizer",
+            "gamma_regularizer", "beta_constraint", "gamma_constraint", "dtype")
+    return tf.keras.layers.GroupNormalization(groups=groups_for(channels), axis=axis, name=f"{bn.name}_group_norm",
+                                              **{k: config[k] for k in keys})
+
+
+def _clone(model: tf.keras.Model, copies: list[tuple[Layer, Layer]]) -> tf.keras.Model:
+    """`model` rebuilt with trainable BatchNormalization replaced (nested Sequential/functional models
+    too); every other layer is a fresh copy whose weights are copied from its original afterwards."""
+
+    def clone_layer(layer: Layer) -> Layer:
+        if isinstance(layer, tf.keras.layers.BatchNormalization) and layer.trainable:
+            new = _group_norm(layer)
+            if new is not layer:
+                return new
+        if isinstance(layer, tf.keras.Sequential) or getattr(layer, "_is_graph_network", False):
+            return _clone(layer, copies)
+        new = layer.__class__.from_config(layer.get_config())
+        copies.append((layer, new))
+        return new
+
+    return tf.keras.models.clone_model(model, clone_function=clone_layer)
+
+
+def fix_model(model: tf.keras.Model) -> tf.keras.Model:
+    """An equivalent Sequential or functional model with every trainable BatchNormalization replaced
+    by a GroupNormalization (groups: see the module docstring); raises ConfigError listing, one per
+    layer, whatever else `validate_model` finds.
+
+    The replacements' weights are fresh: gamma = 1 and beta = 0 (the BatchNormalization's own
+    initializers), not its learnt scale and shift, and no moving statistics are kept. Every other
+    layer keeps its weights (copied: training the fixed model leaves `model` as it was). `model`
+    itself is returned when it has nothing to replace.
+    """
+    if not any(isinstance(layer, tf.keras.layers.BatchNormalization) and layer.trainable for layer in _layers(model)):
+        fixed = model
+    elif not (isinstance(model, tf.keras.Sequential) or getattr(model, "_is_graph_network", False)):
+        fixed = model  # subclassed: Keras cannot rebuild it; validate_model reports its BatchNormalization
+    else:
+        copies: list[tuple[Layer, Layer]] = []
+        fixed = _clone(model, copies)
+        for original, copy in copies:
+            if original.weights:
+                copy.set_weights(original.get_weights())
+    problems = validate_model(fixed)
+    if problems:
+        raise ConfigError(f"model: cannot be trained privately: {'; '.join(problems)}")
+    return fixed
