@@ -211,7 +211,7 @@ def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
     assert np.isfinite(history.history["loss"][0])
 
 
-@pytest.mark.parametrize("clipping", ["fast", "per_example"])
+@pytest.mark.parametrize("clipping", CLIPPINGS)
 def test_text_classifier_with_lstm_trains(clipping):
     """Embedding -> LSTM -> Dense (issue 34): fast clipping was refused, per_example crashed in pfor."""
     L = tf.keras.layers
