@@ -39,6 +39,7 @@ from tfpriv.privacy.taps import TapRecorder, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
+PUBLIC_SEED = 0  # of the public batch the engine is verified on (`public_batch`)
 
 
 def batch_size_of(inputs) -> tf.Tensor:
@@ -64,6 +65,25 @@ def finite_examples(inputs, batch_size: tf.Tensor):
         keep = tf.reshape(ok, [-1] + [1] * (flat[i].shape.rank - 1))
         flat[i] = tf.where(keep, flat[i], tf.zeros_like(flat[i]))
     return tf.nest.pack_sequence_as(inputs, flat), ok
+
+
+def public_batch(batch, size: int = 8):
+    """A batch of `size` public examples shaped like `batch`: the same structure, trailing shapes
+    and dtypes; floating entries uniform in [0, 1) from a fixed seed, integer and boolean entries 0.
+
+    What the engine checks before training (`verify`) runs on it, so that check reads no record:
+    on real rows, one extreme record (3e38 features) could get a model refused, which would
+    make the model's existence depend on that record (the check is outside epsilon).
+    """
+    rng = np.random.default_rng(PUBLIC_SEED)
+
+    def like(t):
+        t = tf.convert_to_tensor(t)
+        shape = [size, *t.shape[1:]]
+        if t.dtype.is_floating:
+            return tf.constant(rng.random(shape), t.dtype)
+        return tf.zeros(shape, t.dtype)
+    return tf.nest.map_structure(like, batch)
 
 
 class DPGradientEngine:
@@ -400,13 +420,17 @@ class DPGradientEngine:
 
         Compares the path's per-example and per-partition norms with per-example Jacobians of
         the same forward pass, and checks that each sample-wise term depends on its own
-        example only (no cross-example layers such as batch normalisation).
+        example only (no cross-example layers such as batch normalisation). `DPModel.prepare`
+        passes a public batch (`public_batch`): whether a model trains never depends on a record.
+        Examples are dealt to the partitions in turn, so several partitions hold several examples.
         """
         if self.config.aggregation in ("none", "batch"):
             return  # no per-example clipping to get wrong
         inputs = tf.nest.map_structure(lambda t: t[:max_examples], inputs)
         batch_size = batch_size_of(inputs)
-        layout = self.layout(batch_size)
+        b = self.config.partitions_for_batch_terms
+        layout = (self.layout(batch_size) if b in (1, SINGLETON_PARTITIONS)
+                  else BatchLayout(tf.range(batch_size) % b, b))
         inputs, _ = finite_examples(inputs, batch_size)  # as in training: NaN/inf examples zeroed
         float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
         tape, _, phi, psi = self._forward(loss_fn, inputs, layout, watch=float_inputs)
