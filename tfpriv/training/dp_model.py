@@ -27,7 +27,7 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import PrivacyLedger, make_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine, public_batch
-from tfpriv.privacy.rng import stream_generator
+from tfpriv.privacy.rng import in_step, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.callbacks import PrivacyCallback
 
@@ -168,7 +168,7 @@ class DPModel(tf.keras.Model):
             self.loss_terms(inputs, BatchLayout.single(n), training=False)  # creates variables
             self.build_extra(batch)
             engine = DPGradientEngine(self.dp_config, self.private_root(), self.term_spec(),
-                                      variables=self.private_variables())
+                                      variables=self.private_variables(), loss_rng=self.rng)
             if hasattr(self.optimizer, "build"):
                 self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         object.__setattr__(self, "engine", engine)
@@ -241,12 +241,14 @@ class DPModel(tf.keras.Model):
         return self.loss_terms(x, layout, training=True)
 
     def train_step(self, data):
-        grads, logs = self.engine.gradients(self.loss_fn, self.private_inputs(data))
-        self.optimizer.apply_gradients(zip(grads, self.engine.variables))
-        if self.dp_config.private:
-            self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per step
-        self.step_count.assign_add(1)
-        logs.update(self.after_private_step())
+        # One step of the loss stream: each example's draws are keyed by (step, draw, its slot).
+        with in_step(self.rng):
+            grads, logs = self.engine.gradients(self.loss_fn, self.private_inputs(data))
+            self.optimizer.apply_gradients(zip(grads, self.engine.variables))
+            if self.dp_config.private:
+                self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per step
+            self.step_count.assign_add(1)
+            logs.update(self.after_private_step())
         logs = self.step_logs(logs)
         for name, tracker in self._trackers.items():
             value = logs.get(name)
