@@ -153,9 +153,9 @@ def test_kl_pq_with_fixed_prior_samples_keeps_partitions_apart_and_estimates_the
     fixed = [KLPriorToAggregate(prior_samples=64)(z[:1], z[:1], logvar[:1], mask, prior, rng).numpy()[0]
              for _ in range(40)]
     # the same expectation: the Monte Carlo averages agree within 3 standard errors of their difference
-    # (each about 5 % of the mean here)
+    # (about 6 % of the mean here)
     stderr = np.hypot(np.std(default) / np.sqrt(len(default)), np.std(fixed) / np.sqrt(len(fixed)))
-    assert abs(np.mean(fixed) - np.mean(default)) < 3 * stderr < 0.15 * np.mean(default)
+    assert abs(np.mean(fixed) - np.mean(default)) < 3 * stderr < 0.25 * np.mean(default)
 
 
 def test_prior_samples_is_validated_and_saved_with_the_divergence():
