@@ -120,6 +120,7 @@ class DPGradientEngine:
             require_layer_owned(roots, self.variables)
         self.generator = stream_generator(config.seed, "noise")
         self.loss_rng = loss_rng
+        self._first_draw: int | None = None  # the loss stream's draw count when the step's loss pass began
         # Per variable, whether the batch-wise terms reach it in the traced graph: fixed by the first
         # pass and required of every later one, so the noise on each variable never depends on the data.
         self.psi_reaches: tuple[bool, ...] | None = None
@@ -262,7 +263,7 @@ class DPGradientEngine:
 
     def _pass(self, loss_fn, inputs, layout, batch_size):
         cfg = self.config
-        self._first_draw = getattr(self.loss_rng, "calls", None)  # the loss's first draw of this step
+        self._first_draw = getattr(self.loss_rng, "calls", None)
         if self.per_example:
             p, terms = self._per_example_pass(loss_fn, inputs, layout, batch_size)
             return self._isolated_if_contaminated(p, loss_fn, inputs, layout, batch_size), terms

@@ -18,6 +18,7 @@ would draw for the same examples.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -100,6 +101,10 @@ def _unit(bits: tf.Tensor, dtype) -> tf.Tensor:
     return tf.cast(tf.bitwise.right_shift(bits, 8), work) * (2.0 ** -24)
 
 
+# The open steps of this thread, by generator: a strategy traces each replica's step in a thread of its own.
+_STEPS = threading.local()
+
+
 class _Step:
     """The draws of one training step: the stream state read once, the draws numbered in call order."""
 
@@ -123,17 +128,21 @@ class StreamGenerator(tf.random.Generator):
     identical on every replica (the DP noise).
     """
 
-    _scope: _Step | None = None
+    @property
+    def _scope(self) -> _Step | None:
+        return getattr(_STEPS, "open", {}).get(id(self))
 
     @contextlib.contextmanager
     def step(self):
         """Within the block the draws are those of one step: keyed by the state at entry and by
         their order, which a traced step fixes, so they do not depend on the data."""
-        object.__setattr__(self, "_scope", _Step(self.skip(1)))
+        if not hasattr(_STEPS, "open"):
+            _STEPS.open = {}
+        _STEPS.open[id(self)] = _Step(self.skip(1))
         try:
             yield self
         finally:
-            object.__setattr__(self, "_scope", None)
+            del _STEPS.open[id(self)]
 
     @property
     def calls(self) -> int | None:
