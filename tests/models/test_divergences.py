@@ -149,11 +149,13 @@ def test_kl_pq_with_fixed_prior_samples_keeps_partitions_apart_and_estimates_the
     assert before.numpy()[0] == after.numpy()[0] and before.numpy()[1] != after.numpy()[1]
     mask = tf.constant([[1, 1, 1, 1, 1]], tf.float32)
     rng = stream_generator(5, "loss")
-    default = np.mean([KLPriorToAggregate()(z[:1], z[:1], logvar[:1], mask, prior, rng).numpy()[0] for _ in range(400)])
-    fixed = np.mean([KLPriorToAggregate(prior_samples=64)(z[:1], z[:1], logvar[:1], mask, prior, rng).numpy()[0]
-                     for _ in range(40)])
-    # the same expectation; both Monte Carlo averages have standard errors below 2 % of it here
-    np.testing.assert_allclose(fixed, default, rtol=0.06)
+    default = [KLPriorToAggregate()(z[:1], z[:1], logvar[:1], mask, prior, rng).numpy()[0] for _ in range(400)]
+    fixed = [KLPriorToAggregate(prior_samples=64)(z[:1], z[:1], logvar[:1], mask, prior, rng).numpy()[0]
+             for _ in range(40)]
+    # the same expectation: the Monte Carlo averages agree within 3 standard errors of their difference
+    # (about 6 % of the mean here)
+    stderr = np.hypot(np.std(default) / np.sqrt(len(default)), np.std(fixed) / np.sqrt(len(fixed)))
+    assert abs(np.mean(fixed) - np.mean(default)) < 3 * stderr < 0.25 * np.mean(default)
 
 
 def test_prior_samples_is_validated_and_saved_with_the_divergence():

@@ -45,3 +45,50 @@ def test_normal_once_dtypes(dtype):
     z = stream_generator(0, "noise").normal_once([2001], dtype=dtype)
     assert z.dtype == dtype
     assert np.std(tf.cast(z, tf.float64).numpy()) == pytest.approx(1.0, rel=0.1)
+
+
+def test_philox_is_tensorflows_philox():
+    """The element-wise Philox4x32-10 gives the bits of TensorFlow's stateless kernel."""
+    from tfpriv.privacy.rng import philox
+    key = (tf.constant(123456789, tf.uint32), tf.constant(987654321, tf.uint32))
+    mine = philox(key, tf.constant([[5, 7, 9, 11], [6, 7, 9, 11]], tf.uint32)).numpy().ravel()
+    ref = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[8], key=tf.constant([123456789 + (987654321 << 32)], tf.uint64),
+        counter=tf.constant([5 + (7 << 32), 9 + (11 << 32)], tf.uint64), alg=1, dtype=tf.uint32).numpy()
+    np.testing.assert_array_equal(mine, ref)
+
+
+def _step_draws(n: int, seed: int = 3):
+    g = stream_generator(seed, "loss")
+    with g.step():
+        return [g.normal([n, 5]).numpy(), g.uniform([n]).numpy(), g.uniform([n], 0, 4, tf.int32).numpy(),
+                g.slots(3).normal([3 * (n // 3), 2]).numpy().reshape([3, n // 3, 2])]
+
+
+def test_within_a_step_an_examples_draws_do_not_depend_on_how_many_are_drawn():
+    """Row i of every draw of a step (and partition j's k-th slot) is the same whether 6 or 9 rows are
+    drawn: adding an example changes no other example's numbers (the known-seed coupling)."""
+    small, large = _step_draws(6), _step_draws(9)
+    for a, b in zip(small[:3], large[:3]):
+        np.testing.assert_array_equal(a, b[:6])
+    np.testing.assert_allclose(small[3], large[3][:, :2], rtol=1e-6)
+    assert not np.allclose(small[0], _step_draws(6, seed=4)[0])
+
+
+def test_steps_and_draws_outside_a_step_are_fresh_and_replay_repeats_rows():
+    g = stream_generator(0, "loss")
+    with g.step():
+        first = g.normal([4, 3]).numpy()
+    with g.step():
+        start = g.calls
+        second = g.normal([4, 3]).numpy()
+        with g.replaying(start, tf.constant([2])):
+            replayed = g.normal([1, 3]).numpy()
+        assert g.calls == start + 1  # a replay draws nothing new
+    np.testing.assert_array_equal(replayed[0], second[2])
+    assert not np.allclose(first, second)
+    assert not np.allclose(g.normal([4, 3]).numpy(), g.normal([4, 3]).numpy())
+    z = g.normal([200, 100]).numpy().ravel()
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+    u = g.uniform([20000]).numpy()
+    assert stats.kstest(u, "uniform").pvalue > 1e-4 and 0 <= u.min() and u.max() < 1

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.gan.helpers import dp as gan_dp
+from tests.gan.helpers import tiny_wgan
 from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
@@ -10,6 +12,8 @@ from tfpriv.models.priors import make_prior
 from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.terms import LossTerms, TermSpec
+from tfpriv.training.dp_model import DPModel
 
 N, B = 96, 16
 CONFIG = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=2.0, num_partitions=2,
@@ -96,3 +100,48 @@ def test_fit_reports_the_chosen_accountants_epsilon():
     assert history.history["epsilon"][-1] < _expected(6)
     with pytest.raises(ConfigError, match="accountant"):
         _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, accountant="moments")
+
+
+class _BatchCentred(DPModel):
+    """A sample-wise term that reads the other examples (x_i minus the batch mean): verify refuses it."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(1)
+
+    def term_spec(self):
+        return TermSpec(sample=("centred",))
+
+    def loss_terms(self, x, layout, training=True):
+        y = self.dense(x)[:, 0]
+        return LossTerms({"centred": tf.square(y - tf.reduce_mean(y))})
+
+
+def _prepare_outcome(model, batch) -> str:
+    try:
+        model.prepare(batch)
+        return "trains"
+    except ConfigError as exc:
+        return f"refused: {str(exc).split('(')[0]}"
+
+
+def test_whether_a_model_trains_does_not_depend_on_one_record():
+    """Verification runs on a public batch: replacing one record of the first batch by an extreme or
+    non-finite one changes nothing. Before, the DP-WGAN-GP critic (per_example) was refused when one
+    image held 3e38 (its norms were compared with a whole-batch Jacobian that the record made NaN)."""
+    images = np.random.default_rng(0).random((8, 28, 28, 1)).astype(np.float32)
+    extreme = images.copy()
+    extreme[3] = 3e38
+    for batch in (images, extreme):
+        assert _prepare_outcome(tiny_wgan(gan_dp()), {"image": tf.constant(batch)}) == "trains"
+    features = np.random.default_rng(1).random((8, 5)).astype(np.float32)
+    config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=8)
+    outcomes = set()
+    for record in (None, 3e38, -3e38, np.inf, np.nan):
+        batch = features.copy()
+        if record is not None:
+            batch[2] = record
+        model = _BatchCentred()
+        model.compile(tf.keras.optimizers.SGD(0.1), dp=config, num_examples=100)
+        outcomes.add(_prepare_outcome(model, tf.constant(batch)))
+    assert outcomes == {"refused: DP engine: a sample-wise loss term depends on other examples in the batch "}

@@ -18,14 +18,15 @@ import time
 from typing import Sequence
 
 from tfpriv.audit.sensitivity import TOLERANCE, audit_sensitivity, passes
-from tfpriv.audit.sweep import Case, default_cases, sweep
+from tfpriv.audit.sweep import Case, default_cases, known_seed_cases, sweep
 from tfpriv.privacy.config import DPConfig
 
 AUDIT_FILE = "audit.json"
 
 
 def quick_cases() -> list[Case]:
-    """A representative subset of the sweep: every mode and divergence once, the GAN critic."""
+    """A representative subset of the sweep: every mode and divergence once, the GAN critic, the
+    known-seed coupling cases."""
     return [
         Case("vae", "termwise", 2, "sparse", "mmd"),
         Case("vae", "termwise", 0, "normal", "kl_pq"),
@@ -34,6 +35,7 @@ def quick_cases() -> list[Case]:
         Case("vae", "termwise", 4, "normal", "none"),
         Case("dpwgan_gp", "micro"),
         Case("make_private", "micro"),
+        *known_seed_cases(),
     ]
 
 

@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.audit.known_seed import known_seed_audit
 from tfpriv.audit.sensitivity import DEFAULT_SCALES, audit_sensitivity, passes
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
@@ -48,6 +49,8 @@ class Case:
     conditional: bool = False
     at_cap: bool = False       # micro with a batch-wise term: max_batch_size = B (else B + 1)
     prior_samples: int | None = None  # the divergence's prior draws per partition (None: |s_j|)
+    clipping: str | None = None  # None: per_example for the GAN, fast otherwise
+    known_seed: bool = False   # the known-seed coupling (`tfpriv.audit.known_seed`) instead of the audit's
 
     @property
     def name(self) -> str:
@@ -59,7 +62,8 @@ class Case:
         mode = self.aggregation + ("_cap" if self.at_cap else "")
         if self.aggregation == "termwise":
             mode += "_b" + ("singleton" if self.num_partitions == 0 else str(self.num_partitions))
-        return "/".join(parts + [mode])
+        extra = ([self.clipping] if self.clipping else []) + (["known_seed"] if self.known_seed else [])
+        return "/".join(parts + [mode] + extra)
 
 
 def vae_cases(priors: Iterable[str] = PRIORS, divergences: Iterable[str] = DIVERGENCES,
@@ -72,7 +76,17 @@ def default_cases() -> list[Case]:
     the divergences), the GAN critic and make_private."""
     cap = [Case("vae", "micro", None, prior, div, at_cap=True) for prior in PRIORS for div in DIVERGENCES if div != "none"]
     return (vae_cases() + cap + [Case("dpwgan_gp", "micro"), Case("dpwgan_gp", "micro", conditional=True),
-                                 Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS])
+                                 Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS]
+            + known_seed_cases())
+
+
+def known_seed_cases() -> list[Case]:
+    """The known-seed coupling: the GAN critic, the VAE with singleton partitions (prior samples
+    after the reparameterisation noise) and with `vectorized` clipping (examples recomputed alone
+    when one overflows)."""
+    return [Case("dpwgan_gp", "micro", known_seed=True),
+            Case("vae", "termwise", 0, "normal", "mmd", known_seed=True),
+            Case("vae", "termwise", 2, "normal", "mmd", clipping="vectorized", known_seed=True)]
 
 
 # -- controls: configurations that leak, which the audit must flag --------------------------------
@@ -216,7 +230,7 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     object.__setattr__(model, "rng", stream_generator(seed, "loss"))
     config = DPConfig(aggregation=case.aggregation, l2_norm_clip=1.0, batch_clip=1.0,
                       num_partitions=case.num_partitions if case.aggregation == "termwise" else 1,
-                      clipping="per_example" if case.model == "dpwgan_gp" else "fast",
+                      clipping=case.clipping or ("per_example" if case.model == "dpwgan_gp" else "fast"),
                       expected_batch_size=float(batch_size), verify=False)
     has_batch = model.term_spec().has_batch_terms
     if case.aggregation == "micro" and has_batch:
@@ -235,6 +249,9 @@ def run_case(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Sequenc
     config = config.replace(**clips) if clips else median_clips(model, config, inputs, seed)
     if config_override is not None:
         config = config_override(config)
+    if case.known_seed:
+        result = known_seed_audit(model, config, x, seed=seed)
+        return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
     result = audit_sensitivity(model, config, None, inputs=inputs, seed=seed, **{**kwargs, **audit_kwargs})
     return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
 

@@ -270,7 +270,7 @@ class GanRun(pipeline.TrainingRun):
             "training": {k: v for k, v in fit.items() if k not in ("history", "plan", "segment")},
             "gan": {**s.record(exclude=("data_dir", "classifier_cache_dir", "generator_path")),
                     "generator_capacity": generator_width(s.capacity, s.generator_capacity),
-                    "seed": self.seed, "seed_from_os": self.seed_from_os},
+                    "seed": self.s.seed, "seed_from_os": self.seed_from_os},  # the loss stream's seed only if given
             # Includes tracing and data loading, not the intermediate scoring.
             "critic_steps_per_second": (fit["critic_steps"] / (fit["train_seconds"] - fit["scoring_seconds"])
                                         if fit["train_seconds"] > fit["scoring_seconds"] else None),

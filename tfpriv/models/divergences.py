@@ -13,13 +13,15 @@ import tensorflow as tf
 from tfpriv.errors import ConfigError
 from tfpriv.metrics.kernels import DEFAULT_SCALES, cauchy_mmd
 from tfpriv.models.priors import Prior
+from tfpriv.privacy.rng import slots
 
 LOG_2PI = math.log(2.0 * math.pi)
 
 
 class Divergence:
     """psi(s_j): one value per partition, a function of that partition's rows and of randomness
-    drawn for it alone (so adding an example changes the distribution of one partition's term)."""
+    drawn for it alone (so adding an example changes the distribution of one partition's term):
+    prior samples come from `slots(rng, P)`, so partition j's k-th sample is keyed by (j, k)."""
 
     name = "divergence"
 
@@ -54,7 +56,7 @@ class CauchyMMD(Divergence):
         m = rows if self.prior_samples is None else self.prior_samples
         # Prior samples carry no private data; i.i.d., so the first |s_j| of row j are |s_j|
         # independent prior draws whatever the other partitions hold.
-        y = tf.reshape(prior.sample(parts * m, rng=rng), [parts, m, prior.latent_dim])
+        y = tf.reshape(prior.sample(parts * m, rng=slots(rng, parts)), [parts, m, prior.latent_dim])
         y_mask = mask if self.prior_samples is None else None
         value = cauchy_mmd(z, y, x_mask=mask, y_mask=y_mask, scales=self.scales)
         return value * tf.cast(tf.reduce_sum(mask, axis=1) > 0, value.dtype)
@@ -89,7 +91,7 @@ class KLPriorToAggregate(Divergence):
         parts, rows = tf.shape(z)[0], tf.shape(z)[1]
         # Default: one prior sample per member (masked below), so partition j's term uses |s_j| draws.
         m = rows if self.prior_samples is None else self.prior_samples
-        zp = tf.reshape(prior.sample(parts * m, rng=rng), [parts, m, prior.latent_dim])      # [P, m, D]
+        zp = tf.reshape(prior.sample(parts * m, rng=slots(rng, parts)), [parts, m, prior.latent_dim])  # [P, m, D]
         var = tf.exp(logvar)
         # log q(z_j | x_i) for prior sample j and member i: [P, m(j), M(i)]
         diff = zp[:, :, None, :] - mean[:, None, :, :]

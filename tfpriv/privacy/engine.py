@@ -24,6 +24,7 @@ would add (independent of the number of replicas and workers).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Sequence
 
@@ -34,11 +35,12 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy.clipping import FastPass, VectorizedPass
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
 from tfpriv.privacy.per_example import per_example_pass
-from tfpriv.privacy.rng import stream_generator
+from tfpriv.privacy.rng import StreamGenerator, in_step, stream_generator
 from tfpriv.privacy.taps import TapRecorder, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
+PUBLIC_SEED = 0  # of the public batch the engine is verified on (`public_batch`)
 
 
 def batch_size_of(inputs) -> tf.Tensor:
@@ -66,6 +68,25 @@ def finite_examples(inputs, batch_size: tf.Tensor):
     return tf.nest.pack_sequence_as(inputs, flat), ok
 
 
+def public_batch(batch, size: int = 8):
+    """A batch of `size` public examples shaped like `batch`: the same structure, trailing shapes
+    and dtypes; floating entries uniform in [0, 1) from a fixed seed, integer and boolean entries 0.
+
+    What the engine checks before training (`verify`) runs on it, so that check reads no record:
+    on real rows, one extreme record (3e38 features) could get a model refused, which would
+    make the model's existence depend on that record (the check is outside epsilon).
+    """
+    rng = np.random.default_rng(PUBLIC_SEED)
+
+    def like(t):
+        t = tf.convert_to_tensor(t)
+        shape = [size, *t.shape[1:]]
+        if t.dtype.is_floating:
+            return tf.constant(rng.random(shape), t.dtype)
+        return tf.zeros(shape, t.dtype)
+    return tf.nest.map_structure(like, batch)
+
+
 class DPGradientEngine:
     """Turns a model's loss terms into privatized gradients for its trainable variables.
 
@@ -74,10 +95,12 @@ class DPGradientEngine:
       roots: the Keras model(s)/layer(s) whose trainable variables are trained.
       spec: names of the loss's sample-wise and batch-wise terms.
       variables: the variables to differentiate (default: all trainable variables of roots).
+      loss_rng: the generator the loss draws from (`DPModel.rng`): an example (partition) whose
+        gradient is recomputed alone replays its own draws of the step from it.
     """
 
     def __init__(self, config: DPConfig, roots: tf.Module | Sequence[tf.Module], spec: TermSpec,
-                 variables: Sequence[tf.Variable] | None = None):
+                 variables: Sequence[tf.Variable] | None = None, loss_rng: StreamGenerator | None = None):
         if config.private and config.expected_batch_size is None:
             raise ConfigError("DP engine: private aggregation needs expected_batch_size (q*N, the fixed denominator)")
         self.config = config
@@ -96,6 +119,8 @@ class DPGradientEngine:
         if self.per_example:
             require_layer_owned(roots, self.variables)
         self.generator = stream_generator(config.seed, "noise")
+        self.loss_rng = loss_rng
+        self._first_draw: int | None = None  # the loss stream's draw count when the step's loss pass began
         # Per variable, whether the batch-wise terms reach it in the traced graph: fixed by the first
         # pass and required of every later one, so the noise on each variable never depends on the data.
         self.psi_reaches: tuple[bool, ...] | None = None
@@ -154,6 +179,10 @@ class DPGradientEngine:
         is the number of examples plus partitions dropped (the batch size when `batch` mode
         drops its one group). Term means average finite values of undropped examples only.
         """
+        with in_step(self.generator):  # partitions and noise keyed by (step, draw, slot)
+            return self._gradients(loss_fn, inputs)
+
+    def _gradients(self, loss_fn: LossFn, inputs):
         cfg = self.config
         batch_size = batch_size_of(inputs)
         layout = self.layout(batch_size)
@@ -234,6 +263,7 @@ class DPGradientEngine:
 
     def _pass(self, loss_fn, inputs, layout, batch_size):
         cfg = self.config
+        self._first_draw = getattr(self.loss_rng, "calls", None)
         if self.per_example:
             p, terms = self._per_example_pass(loss_fn, inputs, layout, batch_size)
             return self._isolated_if_contaminated(p, loss_fn, inputs, layout, batch_size), terms
@@ -256,6 +286,9 @@ class DPGradientEngine:
         partition's psi) is recomputed from a forward pass of its own rows alone, so only the
         culprit's row stays non-finite and only it is dropped. micro's psi(batch) holds every
         example by definition and is left as it is (dropping all is within its sensitivity).
+        Within a step of the loss stream each recomputation replays its own rows' draws of the pass
+        (`StreamGenerator.replaying`): the same random numbers, and none drawn anew, so how many
+        examples were recomputed changes no later draw.
         """
         isolate_phi = isinstance(p, VectorizedPass)
         isolate_psi = p.j_psi is not None and self.config.aggregation == "termwise" and not (
@@ -266,8 +299,12 @@ class DPGradientEngine:
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(j)) for j in rows])
         signature = [tf.TensorSpec(v.shape, v.dtype) for v in self.variables]
 
-        def grads_of(x, n, which):
-            with tf.GradientTape() as tape:
+        start = self._first_draw
+
+        def grads_of(x, n, which, rows, group=None):
+            replay = (self.loss_rng.replaying(start, rows, group) if start is not None
+                      else contextlib.nullcontext())
+            with tf.GradientTape() as tape, replay:
                 terms = loss_fn(x, BatchLayout.single(n))
                 value = tf.reduce_sum(terms.sample_total() if which == "phi" else terms.batch_total(1))
             return tape.gradient(value, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -275,13 +312,14 @@ class DPGradientEngine:
         def alone():
             out = []
             if isolate_phi:
-                out += tf.map_fn(lambda i: grads_of(tf.nest.map_structure(lambda t: t[i:i + 1], inputs), 1, "phi"),
+                out += tf.map_fn(lambda i: grads_of(tf.nest.map_structure(lambda t: t[i:i + 1], inputs), 1, "phi",
+                                                    tf.reshape(i, [1])),
                                  tf.range(batch_size), fn_output_signature=signature)
             if isolate_psi:
                 def partition(j):
                     members = tf.boolean_mask(layout.index[j], layout.mask[j] > 0)
                     x = tf.nest.map_structure(lambda t: tf.gather(t, members), inputs)
-                    return grads_of(x, tf.shape(members)[0], "psi")
+                    return grads_of(x, tf.shape(members)[0], "psi", members, j)
                 out += tf.map_fn(partition, tf.range(layout.num_partitions), fn_output_signature=signature)
             return out
 
@@ -400,13 +438,17 @@ class DPGradientEngine:
 
         Compares the path's per-example and per-partition norms with per-example Jacobians of
         the same forward pass, and checks that each sample-wise term depends on its own
-        example only (no cross-example layers such as batch normalisation).
+        example only (no cross-example layers such as batch normalisation). `DPModel.prepare`
+        passes a public batch (`public_batch`): whether a model trains never depends on a record.
+        Examples are dealt to the partitions in turn, so several partitions hold several examples.
         """
         if self.config.aggregation in ("none", "batch"):
             return  # no per-example clipping to get wrong
         inputs = tf.nest.map_structure(lambda t: t[:max_examples], inputs)
         batch_size = batch_size_of(inputs)
-        layout = self.layout(batch_size)
+        b = self.config.partitions_for_batch_terms
+        layout = (self.layout(batch_size) if b in (1, SINGLETON_PARTITIONS)
+                  else BatchLayout(tf.range(batch_size) % b, b))
         inputs, _ = finite_examples(inputs, batch_size)  # as in training: NaN/inf examples zeroed
         float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
         tape, _, phi, psi = self._forward(loss_fn, inputs, layout, watch=float_inputs)

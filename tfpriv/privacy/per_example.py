@@ -16,7 +16,8 @@ Batch-wise terms, when active:
     forward pass of the whole batch, differentiated per partition with `tape.jacobian`
     (P backward passes of the batch: O(P B)).
 
-Requirements (checked by `DPGradientEngine.verify` on the first batch, which compares the norms
+Requirements (checked by `DPGradientEngine.verify` before training, on a public batch shaped like
+the first (`public_batch`), which compares the norms
 with the Jacobian path): every input tensor has a leading batch axis, and example i's
 sample-wise terms equal its terms as a batch of one (no batch-size-dependent scaling, no random
 numbers drawn inside the loss: pass randomness as per-example inputs).

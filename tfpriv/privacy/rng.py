@@ -7,16 +7,32 @@ the same value (formerly the DP noise and a GAN's latents) drew the same numbers
 Unseeded streams come from the OS. Generators are variables: the training runner saves
 them in every checkpoint, so a resumed run continues each stream where it stopped.
 
-Under a `tf.distribute` strategy the draws do not depend on how a batch is split across
-replicas (`StreamGenerator`): a step draws the numbers one device would draw, and each replica
-uses its rows of them.
+Each example's numbers are its own (`StreamGenerator`): within a training step, the numbers of
+row i of a draw are Philox(key of (stream, step, call), counter (row i, column)), a function of
+the stream's seed, the step, which draw of the step it is and the example's slot i, never of how
+many other rows are drawn. So adding one example to a batch changes no other example's latent,
+interpolation weight, reparameterisation noise or partition, nor any partition's prior samples,
+even for someone who knows the seed; and a strategy's replica draws exactly the rows one device
+would draw for the same examples.
 """
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import numpy as np
 import tensorflow as tf
 
 STREAMS = {"noise": 1, "loss": 2}
+
+
+def replica_offset(n) -> tf.Tensor:
+    """int64: how many rows the replicas before this one hold when each holds `n` (0 on one replica)."""
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or ctx.num_replicas_in_sync == 1:
+        return tf.constant(0, tf.int64)
+    counts = ctx.all_gather(tf.reshape(tf.cast(n, tf.int64), [1]), axis=0)  # [R]: every replica's rows
+    return tf.reduce_sum(counts[:ctx.replica_id_in_sync_group])
 
 
 def replica_rows(n) -> tf.Tensor:
@@ -38,42 +54,191 @@ def box_muller(u_radius: tf.Tensor, u_angle: tf.Tensor, scale=1.0) -> tuple[tf.T
     return radius * tf.sin(angle), radius * tf.cos(angle)
 
 
-class StreamGenerator(tf.random.Generator):
-    """A Philox generator whose numbers are the same whatever the number of replicas.
+_M = (0xD2511F53, 0xCD9E8D57)  # Philox4x32-10's multipliers and key increments (Salmon et al. 2011)
+_W = (0x9E3779B9, 0xBB67AE85)
+_STEP_KEY = 0x5EED  # tags the counter that derives a (step, call)'s key
 
-    The stock generator hashes the replica id into its key inside a strategy, so two replicas
-    draw other numbers than one device would. Here `normal`/`uniform` treat the leading axis as
-    rows: every replica draws the rows of ALL replicas (their counts all-gathered) from the
-    shared, unhashed state and keeps its own block, so replica r's rows are the rows one device
-    would draw for the same examples, and every replica's state advances alike.
-    `normal_once` draws one tensor that is identical on every replica (the DP noise).
+
+def philox(key: tuple[tf.Tensor, tf.Tensor], counter: tf.Tensor) -> tf.Tensor:
+    """Philox4x32-10 of uint32 counters [..., 4] under the uint32 key words (k0, k1): uint32 [..., 4].
+
+    The generator TensorFlow's stateless ops use (the same bits as `StatelessRandomUniformFullIntV2`
+    at that key and counter), written as element-wise ops so that every row of a draw can have a
+    counter of its own in one vectorized computation.
+    """
+    counter = tf.cast(counter, tf.uint32)
+    bits = _philox_rounds(tf.cast(key[0], tf.uint32), tf.cast(key[1], tf.uint32), tf.reshape(counter, [-1, 4]))
+    return tf.reshape(bits, tf.shape(counter))
+
+
+@tf.function(autograph=False, input_signature=[tf.TensorSpec([], tf.uint32), tf.TensorSpec([], tf.uint32),
+                                               tf.TensorSpec([None, 4], tf.uint32)])
+def _philox_rounds(k0: tf.Tensor, k1: tf.Tensor, counter: tf.Tensor) -> tf.Tensor:
+    """`philox` on [N, 4] counters: one traced function, so eager callers run ~400 small ops as one."""
+    low, shift = tf.constant(0xFFFFFFFF, tf.uint64), tf.constant(32, tf.uint64)
+    c = tf.unstack(counter, axis=-1)
+    for r in range(10):
+        p0 = tf.cast(c[0], tf.uint64) * tf.constant(_M[0], tf.uint64)
+        p1 = tf.cast(c[2], tf.uint64) * tf.constant(_M[1], tf.uint64)
+        hi0, lo0 = tf.cast(tf.bitwise.right_shift(p0, shift), tf.uint32), tf.cast(tf.bitwise.bitwise_and(p0, low), tf.uint32)
+        hi1, lo1 = tf.cast(tf.bitwise.right_shift(p1, shift), tf.uint32), tf.cast(tf.bitwise.bitwise_and(p1, low), tf.uint32)
+        c = [tf.bitwise.bitwise_xor(tf.bitwise.bitwise_xor(hi1, c[1]), k0), lo1,
+             tf.bitwise.bitwise_xor(tf.bitwise.bitwise_xor(hi0, c[3]), k1), lo0]
+        if r < 9:
+            k0, k1 = k0 + tf.constant(_W[0], tf.uint32), k1 + tf.constant(_W[1], tf.uint32)
+    return tf.stack(c, axis=-1)
+
+
+def _words(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The low and high uint32 words of an int64 tensor."""
+    x = tf.bitcast(tf.cast(x, tf.int64), tf.uint64)
+    return tf.cast(x, tf.uint32), tf.cast(tf.bitwise.right_shift(x, tf.constant(32, tf.uint64)), tf.uint32)
+
+
+def _unit(bits: tf.Tensor, dtype) -> tf.Tensor:
+    """Uniform [0, 1) from uint32 bits (their top 24 bits), in float32 or wider."""
+    work = dtype if dtype == tf.float64 else tf.float32
+    return tf.cast(tf.bitwise.right_shift(bits, 8), work) * (2.0 ** -24)
+
+
+# The open steps of this thread, by generator: a strategy traces each replica's step in a thread of its own.
+_STEPS = threading.local()
+
+
+class _Step:
+    """The draws of one training step: the stream state read once, the draws numbered in call order."""
+
+    def __init__(self, state: tf.Tensor):
+        self.state = state
+        self.calls = 0
+        self.replay: tuple[int, tf.Tensor, tf.Tensor | None] | None = None
+
+
+class StreamGenerator(tf.random.Generator):
+    """A Philox stream whose numbers are keyed by (step, call, row): each example's are its own.
+
+    Inside `with generator.step():` (one training step) the state is read once and the k-th draw
+    of the step has the key Philox(stream key, (step counter, k)); row i of that draw is
+    Philox(that key, (column block, row i, group)). Outside a step every draw reads and advances
+    the state by itself (fresh numbers each call). `normal`/`uniform` treat the leading axis as
+    rows (under a strategy, a replica's rows are numbered after the other replicas', so the
+    numbers are those one device would draw); `slots(parts)` keys draws of parts * m rows by
+    (group j, row k) instead; `replaying(start, rows, group)` repeats draws of the step for
+    chosen rows (an example, or a partition, recomputed alone); `normal_once` draws one tensor
+    identical on every replica (the DP noise).
     """
 
-    def normal(self, shape, mean=0.0, stddev=1.0, dtype=tf.float32, name=None):
-        def draw(full, key, counter):
-            z = tf.raw_ops.StatelessRandomNormalV2(shape=full, key=key, counter=counter, alg=self.algorithm,
-                                                   dtype=dtype)
-            return z * tf.cast(stddev, dtype) + tf.cast(mean, dtype)
-        return self._rows(shape, draw)
+    @property
+    def _scope(self) -> _Step | None:
+        return getattr(_STEPS, "open", {}).get(id(self))
 
-    def uniform(self, shape, minval=0, maxval=None, dtype=tf.float32, name=None):
+    @contextlib.contextmanager
+    def step(self):
+        """Within the block the draws are those of one step: keyed by the state at entry and by
+        their order, which a traced step fixes, so they do not depend on the data."""
+        if not hasattr(_STEPS, "open"):
+            _STEPS.open = {}
+        _STEPS.open[id(self)] = _Step(self.skip(1))
+        try:
+            yield self
+        finally:
+            del _STEPS.open[id(self)]
+
+    @property
+    def calls(self) -> int | None:
+        """Draws so far in the current step (None outside one)."""
+        return None if self._scope is None else self._scope.calls
+
+    @contextlib.contextmanager
+    def replaying(self, start: int, rows: tf.Tensor, group: tf.Tensor | None = None):
+        """Within the block the draws repeat the step's draws numbered from `start`, each at rows
+        `rows` (and slot draws at `group`), without advancing anything."""
+        scope = self._scope
+        if scope is None:
+            raise RuntimeError("replaying: only within a step (`with generator.step():`)")
+        saved = (scope.calls, scope.replay)
+        scope.calls, scope.replay = start, (start, tf.cast(rows, tf.int64), group)
+        try:
+            yield self
+        finally:
+            scope.calls, scope.replay = saved
+
+    def _draw_key(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The Philox key words of the next draw: derived from (step state, call number)."""
+        scope = self._scope
+        if scope is None:
+            state, call = self.skip(1), 0
+        else:
+            state, call = scope.state, scope.calls
+            scope.calls += 1
+        key = _words(state[2])
+        lo, hi = _words(state[0])
+        counter = tf.stack([lo, hi, tf.constant(call, tf.uint32), tf.constant(_STEP_KEY, tf.uint32)])
+        bits = philox(key, counter)
+        return bits[0], bits[1]
+
+    def _row_ids(self, n: tf.Tensor) -> tf.Tensor:
+        """Slots of this draw's n rows: the replayed rows, else 0..n-1 after the rows of the
+        replicas before this one."""
+        scope = self._scope
+        if scope is not None and scope.replay is not None:
+            return scope.replay[1]
+        return replica_offset(n) + tf.range(tf.cast(n, tf.int64))
+
+    def _bits(self, rows: tf.Tensor, groups: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+        """uint32 [len(rows), 4 * ceil(width / 4)]: row r of group g from counters (block, r, g, 0)."""
+        key = self._draw_key()
+        size = tf.stack([tf.shape(rows, tf.int64)[0], (tf.cast(width, tf.int64) + 3) // 4])
+        block = tf.broadcast_to(tf.range(size[1])[None, :], size)
+        row = tf.broadcast_to(rows[:, None], size)
+        group = tf.broadcast_to(groups[:, None], size)
+        counter = tf.stack([_words(block)[0], _words(row)[0], _words(group)[0], tf.zeros(size, tf.uint32)], -1)
+        return tf.reshape(philox(key, counter), [size[0], -1])
+
+    def _rows(self, shape, transform, groups_per_row=None) -> tf.Tensor:
+        shape = tf.cast(tf.reshape(shape, [-1]), tf.int64)
+        if shape.shape[0] == 0:
+            return tf.reshape(self._rows(tf.ones([1], tf.int64), transform), [])
+        n, trailing = shape[0], shape[1:]
+        width = tf.reduce_prod(trailing)
+        if groups_per_row is None:
+            rows = self._row_ids(n)
+            groups = tf.zeros_like(rows)
+        else:
+            rows, groups = groups_per_row(n)
+        values = transform(self._bits(rows, groups, width))[:, :width]
+        return tf.reshape(values, tf.concat([tf.shape(rows, tf.int64)[:1], trailing], 0))
+
+    def normal(self, shape, mean=0.0, stddev=1.0, dtype=tf.float32, name=None, groups_per_row=None):
+        dtype = tf.as_dtype(dtype)
+
+        def transform(bits):
+            u = _unit(bits, dtype)
+            # Box-Muller on (u0, u1) and (u2, u3) of each block, as TensorFlow's normal kernel pairs them.
+            z = tf.stack(box_muller(u[:, 0::2], u[:, 1::2]), axis=-1)
+            return tf.cast(tf.reshape(z, tf.shape(u)) * stddev + mean, dtype)
+        return self._rows(shape, transform, groups_per_row)
+
+    def uniform(self, shape, minval=0, maxval=None, dtype=tf.float32, name=None, groups_per_row=None):
         dtype = tf.as_dtype(dtype)
         if dtype.is_integer:
             if maxval is None:
                 raise ValueError("maxval: needed for integer draws")
 
-            def draw(full, key, counter):
-                return tf.raw_ops.StatelessRandomUniformIntV2(
-                    shape=full, key=key, counter=counter, alg=self.algorithm,
-                    minval=tf.cast(minval, dtype), maxval=tf.cast(maxval, dtype))
+            def transform(bits):
+                span = tf.cast(maxval, tf.int64) - tf.cast(minval, tf.int64)
+                return tf.cast(tf.cast(minval, tf.int64) + tf.cast(bits, tf.int64) % span, dtype)
         else:
             maxval = 1.0 if maxval is None else maxval
 
-            def draw(full, key, counter):
-                u = tf.raw_ops.StatelessRandomUniformV2(shape=full, key=key, counter=counter, alg=self.algorithm,
-                                                        dtype=dtype)
-                return u * (tf.cast(maxval, dtype) - tf.cast(minval, dtype)) + tf.cast(minval, dtype)
-        return self._rows(shape, draw)
+            def transform(bits):
+                return tf.cast(_unit(bits, dtype) * (maxval - minval) + minval, dtype)
+        return self._rows(shape, transform, groups_per_row)
+
+    def slots(self, parts) -> "_Slots":
+        """A view whose draws of parts * m rows (partition-major) key row j * m + k by (group j, row k):
+        partition j's k-th sample is the same whatever m and the other partitions are."""
+        return _Slots(self, parts)
 
     def normal_once(self, shape, stddev=1.0, dtype=tf.float32) -> tf.Tensor:
         """N(0, stddev^2) of `shape`, the same numbers on every replica (and on one device).
@@ -83,36 +248,54 @@ class StreamGenerator(tf.random.Generator):
         written as vectorized ops on one uniform draw of [2, ceil(n/2)]: the kernel computes
         log, sqrt, sin and cos one scalar at a time, which made it 2-3x slower than the
         uniform bits themselves (the DP noise is drawn for every parameter at every step).
-        Half-precision dtypes are computed in float32.
+        The uniforms come from TensorFlow's Philox kernel at this draw's key. Half-precision
+        dtypes are computed in float32.
         """
         shape = tf.cast(tf.reshape(shape, [-1]), tf.int64)
         n = tf.reduce_prod(shape)
         half = (n + 1) // 2
         work = dtype if dtype in (tf.float32, tf.float64) else tf.float32
-        key, counter = self._key_counter(2 * half)
-        u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.stack([2, half]), key=key, counter=counter,
-                                                alg=self.algorithm, dtype=work)
+        k0, k1 = self._draw_key()
+        key = tf.bitwise.bitwise_or(tf.cast(k0, tf.uint64),
+                                    tf.bitwise.left_shift(tf.cast(k1, tf.uint64), tf.constant(32, tf.uint64)))
+        u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.stack([2, half]), key=tf.reshape(key, [1]),
+                                                counter=tf.zeros([2], tf.uint64), alg=self.algorithm, dtype=work)
         z = tf.concat(box_muller(u[0], u[1], tf.cast(stddev, work)), 0)[:n]
         return tf.cast(tf.reshape(z, shape), dtype)
 
-    def _key_counter(self, count):
-        """(key, counter) for `count` numbers from the shared state, which advances by `count`
-        (what the stock generator does, without hashing in the replica id)."""
-        state = self.skip(count)
-        return tf.bitcast(state[2:3], tf.uint64), tf.bitcast(state[:2], tf.uint64)
 
-    def _rows(self, shape, draw):
-        shape = tf.cast(tf.reshape(shape, [-1]), tf.int64)
-        ctx = tf.distribute.get_replica_context()
-        if ctx is None or ctx.num_replicas_in_sync == 1 or shape.shape[0] == 0:
-            key, counter = self._key_counter(tf.reduce_prod(shape))
-            return draw(shape, key, counter)
-        counts = ctx.all_gather(shape[:1], axis=0)  # [R]: every replica's rows
-        rid = ctx.replica_id_in_sync_group
-        offset = tf.reduce_sum(counts[:rid])
-        full = tf.concat([tf.reduce_sum(counts, keepdims=True), shape[1:]], axis=0)
-        key, counter = self._key_counter(tf.reduce_prod(full))
-        return draw(full, key, counter)[offset:offset + shape[0]]
+class _Slots:
+    """`StreamGenerator.slots`: draws of parts * m rows keyed by (partition j, slot k)."""
+
+    def __init__(self, generator: StreamGenerator, parts):
+        self.generator, self.parts = generator, tf.cast(parts, tf.int64)
+
+    def _keys(self, n):
+        m = tf.maximum(tf.cast(n, tf.int64) // tf.maximum(self.parts, 1), 1)
+        k = tf.range(tf.cast(n, tf.int64))
+        rows, groups = k % m, k // m
+        replay = self.generator._scope.replay if self.generator._scope is not None else None
+        if replay is not None and replay[2] is not None:
+            return rows, tf.fill(tf.shape(k), tf.cast(replay[2], tf.int64))
+        # Under a strategy only singleton partitions run on several replicas: partition j of this
+        # replica holds the example in slot offset + j.
+        return rows, replica_offset(self.parts) + groups
+
+    def normal(self, shape, *args, **kwargs):
+        return self.generator.normal(shape, *args, groups_per_row=self._keys, **kwargs)
+
+    def uniform(self, shape, *args, **kwargs):
+        return self.generator.uniform(shape, *args, groups_per_row=self._keys, **kwargs)
+
+
+def slots(generator, parts):
+    """`generator.slots(parts)` for a `StreamGenerator`; any other generator as it is."""
+    return generator.slots(parts) if isinstance(generator, StreamGenerator) else generator
+
+
+def in_step(generator):
+    """`generator.step()` for a `StreamGenerator`, else a no-op context."""
+    return generator.step() if isinstance(generator, StreamGenerator) else contextlib.nullcontext()
 
 
 def stream_generator(seed: int | None, stream: str) -> StreamGenerator:

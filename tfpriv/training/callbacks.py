@@ -1,6 +1,9 @@
 """Keras callbacks for private training: epsilon in the logs, a hard budget, checkpoints."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import tensorflow as tf
 
 from tfpriv.privacy.accounting import PrivacyLedger, epsilon_for, max_steps_within
@@ -43,7 +46,14 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs["epsilon"] = self.ledger.epsilon(self.delta, self.accountant)
+            logs["epsilon"] = loggable(self.ledger.epsilon(self.delta, self.accountant))
+
+
+def loggable(epsilon: float) -> float:
+    """epsilon as the logs carry it: Keras' and TensorBoard's logs are float32, so an epsilon beyond
+    float32's range (e.g. 6e61 with a noise multiplier of 1e-30) is logged as inf (the accountant's
+    value is kept in `results.json`)."""
+    return epsilon if epsilon <= np.finfo(np.float32).max else math.inf
 
     def on_train_end(self, logs=None):
         if self.budget_reached and self.params.get("verbose", 1) != 0:

@@ -26,8 +26,8 @@ from tfpriv.data.sampling import make_dataset, new_sampling_seed
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import PrivacyLedger, make_accountant
 from tfpriv.privacy.config import DPConfig
-from tfpriv.privacy.engine import DPGradientEngine
-from tfpriv.privacy.rng import stream_generator
+from tfpriv.privacy.engine import DPGradientEngine, public_batch
+from tfpriv.privacy.rng import in_step, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.callbacks import PrivacyCallback
 
@@ -146,32 +146,40 @@ class DPModel(tf.keras.Model):
         return self.ledger.epsilon(self.delta if delta is None else delta, self.accountant)
 
     def prepare(self, sample_batch) -> DPGradientEngine:
-        """Builds variables, the engine and metric trackers; verifies the clipping path once."""
+        """Builds variables, the engine and metric trackers; verifies the clipping path once.
+
+        Only the structure, trailing shapes and dtypes of `sample_batch` are read: variables are
+        built and the path verified on a public batch of that shape (`public_batch`), so no
+        record decides whether the model trains.
+        """
         if getattr(self, "engine", None) is not None:
             return self.engine
         if not hasattr(self, "dp_config"):
             raise RuntimeError("call compile() before fit()")
-        sample_batch = tf.nest.map_structure(tf.convert_to_tensor, sample_batch)
+        batch = public_batch(sample_batch)
+        strategy = self.distribute_strategy
         # Variables and the noise generator must live in the distribution strategy's scope.
-        with self.distribute_strategy.scope():
-            inputs = self.private_inputs(sample_batch)
+        with strategy.scope():
+            distributed = tf.distribute.has_strategy()  # any strategy but the default, one replica too
+            # Building and checking are not steps: the random streams continue as if they had not run.
+            streams = [(self.rng, self.rng.state.read_value())]
+            inputs = self.private_inputs(batch)
             n = tf.shape(tf.nest.flatten(inputs)[0])[0]
             self.loss_terms(inputs, BatchLayout.single(n), training=False)  # creates variables
-            self.build_extra(sample_batch)
+            self.build_extra(batch)
             engine = DPGradientEngine(self.dp_config, self.private_root(), self.term_spec(),
-                                      variables=self.private_variables())
+                                      variables=self.private_variables(), loss_rng=self.rng)
             if hasattr(self.optimizer, "build"):
                 self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         object.__setattr__(self, "engine", engine)
+        streams.append((engine.generator, engine.generator.state.read_value()))
         if self.dp_config.private and self.dp_config.verify:
-            # A check, not a step: the random streams continue as if it had not run.
-            streams = [(g, g.state.read_value()) for g in (self.rng, engine.generator)]
-            if self.distribute_strategy.num_replicas_in_sync > 1:  # in replica context: variables' handles
-                self.distribute_strategy.run(engine.verify, args=(self.loss_fn, inputs))
+            if distributed:  # in replica context: mirrored variables have no handle outside it
+                strategy.run(engine.verify, args=(self.loss_fn, inputs))
             else:
                 engine.verify(self.loss_fn, inputs)
-            for generator, state in streams:
-                generator.state.assign(state)
+        for generator, state in streams:
+            generator.state.assign(state)
         self._trackers.update({name: tf.keras.metrics.Mean(name=name) for name in self.metric_names()})
         if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
             self._trackers["dropped"] = tf.keras.metrics.Sum(name="dropped")
@@ -233,12 +241,14 @@ class DPModel(tf.keras.Model):
         return self.loss_terms(x, layout, training=True)
 
     def train_step(self, data):
-        grads, logs = self.engine.gradients(self.loss_fn, self.private_inputs(data))
-        self.optimizer.apply_gradients(zip(grads, self.engine.variables))
-        if self.dp_config.private:
-            self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per step
-        self.step_count.assign_add(1)
-        logs.update(self.after_private_step())
+        # One step of the loss stream: each example's draws are keyed by (step, draw, its slot).
+        with in_step(self.rng):
+            grads, logs = self.engine.gradients(self.loss_fn, self.private_inputs(data))
+            self.optimizer.apply_gradients(zip(grads, self.engine.variables))
+            if self.dp_config.private:
+                self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per step
+            self.step_count.assign_add(1)
+            logs.update(self.after_private_step())
         logs = self.step_logs(logs)
         for name, tracker in self._trackers.items():
             value = logs.get(name)
