@@ -30,6 +30,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from bench.throughput import IMAGE, _Classifier, _convnet, _vae  # noqa: E402
+from tfpriv.compat import keras  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 
 flags.DEFINE_enum("architecture", "conv", ["conv", "mlp", "mlp_classifier", "conv_classifier"],
@@ -102,23 +103,23 @@ def _model_and_batch(architecture: str, aggregation: str, b: int):
     rng = np.random.default_rng(0)
     if architecture == "mlp_classifier":
         model = _Classifier()
-        model.compile(tf.keras.optimizers.SGD(1e-3), num_examples=b,
+        model.compile(keras.optimizers.SGD(1e-3), num_examples=b,
                       dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b,
                                   verify=False))
         return model, (tf.constant(rng.random([b, 784], dtype=np.float32)), tf.constant(rng.integers(0, 10, b)))
     if architecture == "conv_classifier":
         import tfpriv
-        xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
         model = tfpriv.make_private(_convnet(), loss=xent, num_examples=60000, batch_size=b,
                                     config=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
                                                     verify=False))
-        model.compile(tf.keras.optimizers.SGD(1e-3))
+        model.compile(keras.optimizers.SGD(1e-3))
         return model, (tf.constant(rng.random([b, *IMAGE], dtype=np.float32)),
                        tf.constant(rng.integers(0, 10, b).astype(np.int32)))
     kw = (dict(aggregation="termwise", num_partitions=16) if aggregation == "termwise"
           else dict(aggregation="micro", max_batch_size=b))
     vae = _vae(architecture, 1, with_mmd=True)
-    vae.compile(tf.keras.optimizers.SGD(1e-3), num_examples=b,
+    vae.compile(keras.optimizers.SGD(1e-3), num_examples=b,
                 dp=DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b,
                             verify=False, **kw))
     return vae, tf.constant((rng.random([b, *IMAGE]) > 0.7).astype(np.float32))

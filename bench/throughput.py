@@ -50,6 +50,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from tfpriv.compat import keras  # noqa: E402
 from tfpriv.models.architectures import build_architecture  # noqa: E402
 from tfpriv.models.divergences import CauchyMMD  # noqa: E402
 from tfpriv.models.priors import SparseMixture  # noqa: E402
@@ -72,7 +73,7 @@ flags.DEFINE_string("widths", "1,2,4,8", "--scaling: width multipliers (at --bat
 flags.DEFINE_bool("quick", False, "Smoke test: B=16, 1 step, 2 rounds, the MLP VAE only.")
 FLAGS = flags.FLAGS
 
-L = tf.keras.layers
+L = keras.layers
 IMAGE = (28, 28, 1)
 
 
@@ -103,7 +104,7 @@ class Config:
         return int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
 
 
-def keras_step(model: tf.keras.Model, data) -> Callable[[], object]:
+def keras_step(model: keras.Model, data) -> Callable[[], object]:
     """One `train_step` of a compiled model on a fixed batch, through Keras's own train function."""
     ds = tf.data.Dataset.from_tensors(data).repeat()
     model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0)  # builds, prepares and traces
@@ -155,12 +156,12 @@ def run_section(section: str, configs: list[Config], steps: int, rounds: int, ex
 
 # -- models ------------------------------------------------------------------------------------------
 def _vae(kind: str, width: int, with_mmd: bool) -> VAE:
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     if kind == "mlp":
         latent = 10
-        enc = tf.keras.Sequential([tf.keras.Input(IMAGE), L.Flatten(), L.Dense(512 * width, activation="relu"),
+        enc = keras.Sequential([keras.Input(IMAGE), L.Flatten(), L.Dense(512 * width, activation="relu"),
                                    L.Dense(256 * width, activation="relu"), L.Dense(2 * latent)])
-        dec = tf.keras.Sequential([tf.keras.Input([latent]), L.Dense(256 * width, activation="relu"),
+        dec = keras.Sequential([keras.Input([latent]), L.Dense(256 * width, activation="relu"),
                                    L.Dense(512 * width, activation="relu"), L.Dense(784), L.Reshape(IMAGE)])
     elif width == 1:
         latent = 50
@@ -168,10 +169,10 @@ def _vae(kind: str, width: int, with_mmd: bool) -> VAE:
     else:
         latent = 50
         c1, c2, d = 32 * width, 64 * width, 256 * width
-        enc = tf.keras.Sequential([tf.keras.Input(IMAGE), L.Conv2D(c1, 4, strides=2, padding="same", activation="relu"),
+        enc = keras.Sequential([keras.Input(IMAGE), L.Conv2D(c1, 4, strides=2, padding="same", activation="relu"),
                                    L.Conv2D(c2, 4, strides=2, padding="same", activation="relu"), L.Flatten(),
                                    L.Dense(d, activation="relu"), L.Dense(2 * latent)])
-        dec = tf.keras.Sequential([tf.keras.Input([latent]), L.Dense(d, activation="relu"),
+        dec = keras.Sequential([keras.Input([latent]), L.Dense(d, activation="relu"),
                                    L.Dense(7 * 7 * c2, activation="relu"), L.Reshape([7, 7, c2]),
                                    L.Conv2DTranspose(c1, 4, strides=2, padding="same", activation="relu"),
                                    L.Conv2DTranspose(1, 4, strides=2, padding="same")])
@@ -201,7 +202,7 @@ def vae_config(kind: str, name: str, b: int, width: int = 1) -> Config:
     elif kw is not None:
         kw = {k: (b if v == "B" else v) for k, v in kw.items()}
         dp = DPConfig(l2_norm_clip=1.0, batch_clip=0.1, noise_multiplier=1.0, expected_batch_size=b, verify=False, **kw)
-    vae.compile(optimizer=tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if dp and dp.private else None)
+    vae.compile(optimizer=keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if dp and dp.private else None)
     x = (np.random.default_rng(0).random([b, *IMAGE]) > 0.7).astype(np.float32)
     return Config(name, keras_step(vae, x), reference="none (16 partitions)" if name.startswith("termwise") else None)
 
@@ -211,7 +212,7 @@ def vae_section(kind: str, b: int, steps: int, rounds: int, names=tuple(VAE_CONF
 
 
 def _mlp():
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     return [L.Dense(512, activation="relu", input_shape=(784,)), L.Dense(256, activation="relu"), L.Dense(10)]
 
 
@@ -220,7 +221,7 @@ class _Classifier(DPModel):
 
     def __init__(self):
         super().__init__()
-        self.net = tf.keras.Sequential(_mlp())
+        self.net = keras.Sequential(_mlp())
 
     def term_spec(self):
         return TermSpec(sample=("ce",))
@@ -228,11 +229,11 @@ class _Classifier(DPModel):
     def loss_terms(self, data, layout, training=True):
         x, y = data
         logits = self.net(x, training=training)
-        return LossTerms({"ce": tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)})
+        return LossTerms({"ce": keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)})
 
 
 def _keras(layers, optimizer, loss, data) -> Callable[[], object]:
-    model = tf.keras.Sequential(layers) if isinstance(layers, list) else layers
+    model = keras.Sequential(layers) if isinstance(layers, list) else layers
     model.compile(optimizer, loss)
     return keras_step(model, data)
 
@@ -248,10 +249,10 @@ def tf_privacy_missing() -> str | None:
 def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
     rng = np.random.default_rng(0)
     data = (rng.random([b, 784]).astype(np.float32), rng.integers(0, 10, [b]).astype(np.int64))
-    xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    configs = [Config("none (Keras)", _keras(_mlp(), tf.keras.optimizers.SGD(1e-3), xent, data))]
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    configs = [Config("none (Keras)", _keras(_mlp(), keras.optimizers.SGD(1e-3), xent, data))]
     ours = _Classifier()
-    ours.compile(tf.keras.optimizers.SGD(1e-3), dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
+    ours.compile(keras.optimizers.SGD(1e-3), dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
                                                             expected_batch_size=b, verify=False), num_examples=b)
     configs.append(Config("tfpriv micro (ghost norms + book-keeping)", keras_step(ours, data)))
     if tf_privacy_missing():
@@ -262,18 +263,18 @@ def mlp_classifier_section(b: int, steps: int, rounds: int) -> dict:
 
     fast = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.0, layer_registry=layer_registry.make_default_layer_registry(),
                         layers=_mlp(), use_xla=False)
-    configs.append(Config("TF Privacy DPSequential (fast clipping)", _keras(fast, tf.keras.optimizers.SGD(1e-3), xent, data)))
+    configs.append(Config("TF Privacy DPSequential (fast clipping)", _keras(fast, keras.optimizers.SGD(1e-3), xent, data)))
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=b, learning_rate=1e-3)
     configs.append(Config(f"TF Privacy DPKerasSGDOptimizer ({b} microbatches)",
-                          _keras(_mlp(), opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+                          _keras(_mlp(), opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
                                  data), slow=True))
     return run_section("mlp_classifier", configs, steps, rounds, {"batch_size": b})
 
 
-def _convnet() -> tf.keras.Sequential:
+def _convnet() -> keras.Sequential:
     """The conv classifier: 2 strided Conv2D + Dense."""
-    tf.keras.utils.set_random_seed(0)
-    return tf.keras.Sequential([L.Input(IMAGE), L.Conv2D(16, 5, strides=2, padding="same", activation="relu"),
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([L.Input(IMAGE), L.Conv2D(16, 5, strides=2, padding="same", activation="relu"),
                                 L.Conv2D(32, 5, strides=2, padding="same", activation="relu"), L.Flatten(),
                                 L.Dense(64, activation="relu"), L.Dense(10)])
 
@@ -283,13 +284,13 @@ def conv_classifier_section(b: int, steps: int, rounds: int) -> dict:
 
     rng = np.random.default_rng(0)
     data = (rng.random([b, *IMAGE], dtype=np.float32), rng.integers(0, 10, b).astype(np.int32))
-    xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-    configs = [Config("none (Keras)", _keras(_convnet(), tf.keras.optimizers.SGD(1e-3),
-                                             tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), data))]
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    configs = [Config("none (Keras)", _keras(_convnet(), keras.optimizers.SGD(1e-3),
+                                             keras.losses.SparseCategoricalCrossentropy(from_logits=True), data))]
     ours = tfpriv.make_private(_convnet(), loss=xent, config=DPConfig(aggregation="micro", l2_norm_clip=1.0,
                                                                      noise_multiplier=1.0, verify=False),
                                num_examples=60000, batch_size=b)
-    ours.compile(tf.keras.optimizers.SGD(1e-3))
+    ours.compile(keras.optimizers.SGD(1e-3))
     configs.append(Config("tfpriv make_private (micro, ghost norms)", keras_step(ours, data)))
     if tf_privacy_missing():
         return run_section("conv_classifier", configs, steps, rounds, {"batch_size": b})
@@ -347,7 +348,7 @@ def scaling(batch_sizes: list[int], widths: list[int], b: int, steps: int, round
                 rec = run_section(f"{kind}_vae", configs, steps, rounds, {"batch_size": bb})
                 out.append({"model": f"{kind}_vae", "axis": axis, "batch_size": bb, "width": w, **rec})
                 del configs
-                tf.keras.backend.clear_session()
+                keras.backend.clear_session()
     return out
 
 

@@ -15,6 +15,8 @@ import tfpriv
 from tests.test_trained import tiny_filter_run, tiny_generator_run
 from tfpriv.cli import privae_job
 from tfpriv.cli.job import read_settings
+from tfpriv.compat import keras
+from tfpriv.compat import keras
 from tfpriv.export import SAVED_MODEL_DIR, save_serving
 from tfpriv.models.vae import VAE
 
@@ -36,7 +38,7 @@ for key, case in cases.items():
         result = loaded[case["saved_model"]].signatures[case["signature"]](**inputs)
         out.update({f"{key}/{name}": value.numpy() for name, value in result.items()})
     else:  # a Keras part, with the standard Keras call
-        model = tf.keras.models.load_model(case["keras"], compile=False)
+        model = keras.models.load_model(case["keras"], compile=False)
         args = [inputs[name] for name in case["args"]]
         out[key] = model(args if len(args) > 1 else args[0]).numpy()
 np.savez(sys.argv[2], **out)

@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tests.cli.helpers import train_py
 from tests.conftest import REPO_ROOT
+from tfpriv.compat import keras
 
 PRIVACY_MD = REPO_ROOT / "docs" / "privacy.md"
 CLI_FAMILIES = ("privae", "dpwgan_gp", "dpgan", "filter")
@@ -46,8 +46,8 @@ def written(out) -> set[str]:
 
 def tiny_classifier():
     """A stand-in for the GAN evaluation classifier (same outputs: features, softmax), untrained."""
-    layers = tf.keras.layers
-    return tf.keras.Sequential([layers.Input((28, 28, 1)), layers.Flatten(),
+    layers = keras.layers
+    return keras.Sequential([layers.Input((28, 28, 1)), layers.Flatten(),
                                 layers.Dense(4, activation="relu", name="features"),
                                 layers.Dense(10, activation="softmax", name="probs")])
 
@@ -84,8 +84,8 @@ def make_private_history() -> set[str]:
     import tfpriv
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(64, 3)).astype(np.float32), rng.integers(0, 2, 64)
-    model = tf.keras.Sequential([tf.keras.layers.Input((3,)), tf.keras.layers.Dense(2)])
-    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
     private = tfpriv.make_private(model, loss, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,
                                                                 noise_multiplier=1.0), num_examples=64, batch_size=16)
     private.compile(optimizer="sgd", metrics=["accuracy"])

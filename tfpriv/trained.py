@@ -19,6 +19,7 @@ import os
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.models.vae import VAE, load_vae
 
@@ -36,7 +37,7 @@ class TrainedGenerator:
     The latents are N(0, I) drawn statelessly from `seed`; a conditional generator needs one
     integer label in [0, num_classes) per image."""
 
-    def __init__(self, generator: tf.keras.Model, num_classes: int | None, config: dict):
+    def __init__(self, generator: keras.Model, num_classes: int | None, config: dict):
         self.generator, self.num_classes, self.config = generator, num_classes, dict(config)
         self.latent_size = int(generator.inputs[0].shape[-1])
 
@@ -114,7 +115,7 @@ def load(run_dir: str):
             raise UsageError(f"run_dir: {run_dir} has a generator but no {GAN_CONFIG_FILE} (its settings)")
         with open(config_path) as f:
             config = json.load(f)
-        generator = tf.keras.models.load_model(os.path.join(run_dir, GENERATOR_FILE), compile=False)
+        generator = keras.models.load_model(os.path.join(run_dir, GENERATOR_FILE), compile=False)
         return TrainedGenerator(generator, config.get("num_classes"), config)
     if has_vae:
         return load_vae(vae_dir)

@@ -5,9 +5,9 @@ import types
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tfpriv.cli import pipeline
+from tfpriv.compat import keras
 from tfpriv.training.callbacks import StepProgressBar
 
 
@@ -20,10 +20,10 @@ def interrupt():
 
 def test_a_swallowed_ctrl_c_stops_training_at_the_next_batch(interrupt):
     """Ctrl-C that landed where TensorFlow turned it into a data error or an epoch end is raised again."""
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
     model.compile("sgd", "mse")
     seen = []
-    press = tf.keras.callbacks.LambdaCallback(
+    press = keras.callbacks.LambdaCallback(
         on_train_batch_begin=lambda batch, logs: (seen.append(batch), batch == 2 and interrupt.set()))
     x = np.zeros([40, 2], np.float32)
     with pytest.raises(KeyboardInterrupt):

@@ -15,6 +15,7 @@ from absl.testing import flagsaver
 from tests.cli.helpers import assert_one_line_error, train_py
 from tfpriv.cli import privae_job
 from tfpriv.cli.job import read_settings
+from tfpriv.compat import keras
 from tfpriv.data import make_pinwheel
 from tfpriv.models.vae import load_vae
 
@@ -82,7 +83,7 @@ def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
                           epochs=2, batch_size=20, sampling="poisson", seed=0)
     run = privae_job.PriVAERun(s, str(tmp_path / "unused"))
     optimizer = run.build(run.load()).optimizer
-    schedule = tf.keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+    schedule = keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
     assert float(schedule(0)) == pytest.approx(0.01)
     assert float(schedule(40)) == pytest.approx(0.0, abs=1e-9)  # 2 epochs of round(400 / 20) steps
 
@@ -96,4 +97,4 @@ def test_conv_encoder_units_reach_the_built_encoder(tmp_path):
     data = type("Data", (), {"x_train": np.zeros([3, 28, 28, 1], np.float32), "kind": "images",
                              "likelihood": "bernoulli"})()
     vae = privae_job.build_vae(s, data, latent_dim=4)
-    assert [layer.units for layer in vae.encoder.layers if isinstance(layer, tf.keras.layers.Dense)] == [16, 8]
+    assert [layer.units for layer in vae.encoder.layers if isinstance(layer, keras.layers.Dense)] == [16, 8]

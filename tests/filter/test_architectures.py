@@ -1,6 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.filter import architectures as arch
 from tfpriv.models.vae import VAE
 
@@ -40,7 +41,7 @@ def test_celeba_path_on_synthetic_64x64_images():
     assert out.shape == (4, 64, 64, 3)
     assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 1.0
     vae = VAE(enc, dec, likelihood="gaussian", extra_sample_terms={"lip": arch.make_lipschitz_decoder_term(1.0)})
-    vae.compile(optimizer=tf.keras.optimizers.Adam(1e-3))
+    vae.compile(optimizer=keras.optimizers.Adam(1e-3))
     hist = vae.fit(x, batch_size=2, epochs=2, verbose=0)
     assert np.isfinite(hist.history["loss"]).all()
     mean, logvar = vae.encode(x)

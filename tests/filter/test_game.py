@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.filter import rdp
 from tfpriv.filter.architectures import build_classifier
@@ -27,7 +28,7 @@ def _latents(n, seed):
 def _game(z, budget, rho=10.0, filter_lr=1e-3):
     g = FilterGame(LinearFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
                    estimate_precision(z), 2, budget=budget, rho_init=rho)
-    g.compile(tf.keras.optimizers.Adam(filter_lr), tf.keras.optimizers.Adam(1e-3), tf.keras.optimizers.Adam(1e-3))
+    g.compile(keras.optimizers.Adam(filter_lr), keras.optimizers.Adam(1e-3), keras.optimizers.Adam(1e-3))
     return g
 
 
@@ -74,7 +75,7 @@ def test_rho_follows_schedule_across_fit_epochs_calls():
     z, y = _latents(256, 0)
     g = FilterGame(LinearFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
                    estimate_precision(z), 2, budget=1.0, rho_init=16.0, rho_halve_every=2)
-    g.compile(*(tf.keras.optimizers.Adam(1e-3) for _ in range(3)))
+    g.compile(*(keras.optimizers.Adam(1e-3) for _ in range(3)))
     logs = g.fit_epochs(z, y["private"], y["utility"], epochs=7, log_every=1)
     assert [entry["rho"] for entry in logs] == [16.0, 16.0, 8.0, 8.0, 4.0, 4.0, 2.0]
 
@@ -83,7 +84,7 @@ def test_moving_average_of_filter_weights_is_what_gets_released():
     z, y = _latents(128, 0)
     g = FilterGame(LinearFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
                    estimate_precision(z), 2, budget=1.0, ema_decay=0.5)
-    g.compile(*(tf.keras.optimizers.Adam(1e-2) for _ in range(3)))
+    g.compile(*(keras.optimizers.Adam(1e-2) for _ in range(3)))
     w0 = [v.numpy() for v in g.filter_layer.trainable_variables]
     g._step(tf.constant(z), tf.constant(y["private"]), tf.constant(y["utility"]))
     w1 = [v.numpy() for v in g.filter_layer.trainable_variables]
@@ -120,7 +121,7 @@ def test_released_moving_average_is_projected_into_the_label_epsilon_target():
     z, _ = _latents(64, 0)
     g = FilterGame(LinearFilter(3, 2), build_classifier(3, 2, "linear"), build_classifier(3, 2, "linear"),
                    estimate_precision(z), 2, ema_decay=0.5, label_epsilon=3.0)
-    g.compile(*(tf.keras.optimizers.Adam(1e-3) for _ in range(3)))
+    g.compile(*(keras.optimizers.Adam(1e-3) for _ in range(3)))
     g.ema_weights[1].assign(100.0 * tf.ones_like(g.ema_weights[1]) * [[1.0], [-1.0]])  # a huge label shift
     g.use_averaged_filter()
     eps = filter_privacy(g, 1e-5)["filter_epsilon"]
@@ -141,7 +142,7 @@ def test_privatize_draws_secret_noise_unless_given_a_seeded_generator():
     game = _game(z, budget=1.0)
     releases = []
     for _ in range(2):
-        tf.keras.utils.set_random_seed(7)
+        keras.utils.set_random_seed(7)
         releases.append(game.privatize(z, y["private"]))
     assert np.abs(releases[0] - releases[1]).min() > 0
     seeded = [game.privatize(z, y["private"], np.random.default_rng(5)) for _ in range(2)]

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.gan.architectures import build_critic, build_generator, generator_width
 from tfpriv.gan.dpgan import make_dpgan
@@ -10,12 +11,12 @@ from tfpriv.gan.wgan_gp import make_dpwgan_gp
 
 def test_critic_is_004s_three_strided_5x5_convs_with_capacity_filters():
     critic = build_critic(capacity=3)
-    convs = [l for l in critic.layers if isinstance(l, tf.keras.layers.Conv2D)]
+    convs = [l for l in critic.layers if isinstance(l, keras.layers.Conv2D)]
     assert [c.filters for c in convs] == [3, 6, 12]
     assert all(c.kernel_size == (5, 5) and c.strides == (2, 2) and c.padding == "same" for c in convs)
-    leaks = [l for l in critic.layers if isinstance(l, tf.keras.layers.LeakyReLU)]
+    leaks = [l for l in critic.layers if isinstance(l, keras.layers.LeakyReLU)]
     assert len(leaks) == 3 and all(np.isclose(float(l.alpha), 0.2) for l in leaks)
-    dense = [l for l in critic.layers if isinstance(l, tf.keras.layers.Dense)]
+    dense = [l for l in critic.layers if isinstance(l, keras.layers.Dense)]
     assert len(dense) == 1 and dense[0].units == 1 and dense[0].activation.__name__ == "linear"
     assert dense[0].kernel.shape == (4 * 4 * 12, 1)  # 28 -> 14 -> 7 -> 4
 
@@ -50,7 +51,7 @@ def test_bad_sizes_raise_usage_error(builder, kwargs, message):
     assert str(err.value) == message
 
 
-def _filters(model: tf.keras.Model, kind: type) -> list[int]:
+def _filters(model: keras.Model, kind: type) -> list[int]:
     return [l.filters for l in model.layers if type(l) is kind]
 
 
@@ -58,11 +59,11 @@ def _filters(model: tf.keras.Model, kind: type) -> list[int]:
 def test_generator_capacity_widens_the_generator_only(make):
     """The critic (the private part) keeps `capacity`; the generator takes `generator_capacity`."""
     model = make(capacity=2, latent_size=4, num_classes=10, generator_capacity=5)
-    assert _filters(model.critic, tf.keras.layers.Conv2D) == [2, 4, 8]
-    assert _filters(model.generator, tf.keras.layers.Conv2DTranspose) == [10, 5, 1]
+    assert _filters(model.critic, keras.layers.Conv2D) == [2, 4, 8]
+    assert _filters(model.generator, keras.layers.Conv2DTranspose) == [10, 5, 1]
     assert model.generator.get_layer("project").units == 4 * 4 * 4 * 5
     same = make(capacity=2, latent_size=4, num_classes=10)
-    assert _filters(same.generator, tf.keras.layers.Conv2DTranspose) == [4, 2, 1]
+    assert _filters(same.generator, keras.layers.Conv2DTranspose) == [4, 2, 1]
 
 
 def test_generator_width_defaults_to_capacity_and_refuses_zero():

@@ -3,10 +3,10 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from absl import flags
 
 from tfpriv.cli.job import read_settings
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.gan import cli
 from tfpriv.gan.training import save_generator
@@ -118,7 +118,7 @@ def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
     run.validate()
     d_opt, g_opt = run.build(run.load()).optimizer
     for optimizer, updates in ((d_opt, 3 * 100), (g_opt, 3 * 100 // 2)):  # 3 epochs of 60,000 / 600 critic steps
-        schedule = tf.keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+        schedule = keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
         assert float(schedule(0)) == pytest.approx(1e-3)
         assert float(schedule(updates // 2)) == pytest.approx(5e-4, rel=1e-4)
         assert float(schedule(updates)) == pytest.approx(0.0, abs=1e-12)
@@ -135,7 +135,7 @@ def test_generator_capacity_and_diversity_weight_reach_the_run_and_are_recorded(
     assert stored["gan"]["capacity"] == 2 and stored["gan"]["generator_capacity"] == 3
     assert stored["gan"]["diversity_weight"] == 0.5 and stored["history"]["g_diversity"][-1] > 0
     assert json.load(open(out / "gan.json"))["generator_capacity"] == 3
-    generator = tf.keras.models.load_model(out / "generator.keras", compile=False)
+    generator = keras.models.load_model(out / "generator.keras", compile=False)
     assert generator.get_layer("deconv2").filters == 3
 
 
@@ -151,7 +151,7 @@ def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_pat
     fitted = {}
 
     def get_classifier(dataset, data_dir, cache_dir=None, verbose=0, split="train"):
-        tf.keras.utils.set_random_seed(len(fitted))
+        keras.utils.set_random_seed(len(fitted))
         fitted[split] = eval_classifier.build_classifier()  # untrained stand-ins: two different networks
         return fitted[split]
 

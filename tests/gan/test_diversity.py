@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from tests.gan.helpers import N_TRAIN, dp, global_norm, real_batch
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.diversity import EPS, mode_seeking_loss, mode_seeking_ratio
 from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp
@@ -24,7 +25,7 @@ def test_ratio_and_loss_equal_a_naive_loop_per_pair():
 def _model(weight: float, conditional: bool = True, batch: int = 6, num_examples: int = N_TRAIN):
     model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=10 if conditional else None, seed=3,
                            generator_batch_size=batch, diversity_weight=weight)
-    model.compile(dp_adam(1e-3), tf.keras.optimizers.SGD(1.0), dp=dp(), num_examples=num_examples)
+    model.compile(dp_adam(1e-3), keras.optimizers.SGD(1.0), dp=dp(), num_examples=num_examples)
     model.prepare(real_batch(4, conditional=conditional))
     return model
 

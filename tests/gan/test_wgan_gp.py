@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tests.gan.helpers import (critic_inputs, dp, global_norm, naive_per_example_grads, real_batch, row,
                                tiny_wgan)
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
 from tfpriv.privacy.engine import DPGradientEngine
@@ -115,7 +116,7 @@ def test_verify_refuses_fast_clipping_for_the_gradient_penalty(cond_model):
 def test_train_step_applies_the_noised_gradient_unscaled_and_counts_critic_steps():
     z, clip, expected_batch = 100.0, 1.0, 50.0
     model = tiny_wgan(dp(clip=clip, noise=z, batch=expected_batch, seed=7), critic_steps=2,
-                      d_optimizer=tf.keras.optimizers.SGD(1.0))
+                      d_optimizer=keras.optimizers.SGD(1.0))
     model.prepare(real_batch(7))
     model.ledger.begin(0.01, z)
     step = tf.function(model.train_step, input_signature=[{"image": tf.TensorSpec([None, 28, 28, 1])}])

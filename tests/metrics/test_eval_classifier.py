@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO_ROOT
+from tfpriv.compat import keras
 from tfpriv.errors import DataError, UsageError
 from tfpriv.metrics import eval_classifier as mc
 from tfpriv.training.results import REQUIRED_KEYS
@@ -84,7 +85,7 @@ def test_ship_writes_weights_that_load_by_layer_order_and_the_record(monkeypatch
     assert json.loads(record.read_text()) == info and "--ship" in info["command"]
     first = mc.build_classifier()
     first.load_weights(weights)
-    tf.keras.layers.Conv2D(1, 1)  # another layer first: the next model's layers get other names
+    keras.layers.Conv2D(1, 1)  # another layer first: the next model's layers get other names
     second = mc.build_classifier()
     second.load_weights(weights)
     assert first.layers[0].name != second.layers[0].name

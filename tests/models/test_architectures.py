@@ -3,12 +3,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.models.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
 
 
 def _dense_units(model):
-    return [layer.units for layer in model.layers if isinstance(layer, tf.keras.layers.Dense)]
+    return [layer.units for layer in model.layers if isinstance(layer, keras.layers.Dense)]
 
 
 def test_pinwheel_default_is_two_hidden_layers_of_64():
@@ -26,7 +27,7 @@ def test_pinwheel_widths_mirror_in_the_decoder(spec, widths):
     z = tf.zeros([3, 2])
     assert enc(tf.zeros([3, 2])).shape == (3, 4) and dec(z).shape == (3, 2)
     # the hidden layers are tanh, the outputs linear
-    assert all(layer.activation is tf.keras.activations.tanh for layer in enc.layers[1:-1])
+    assert all(layer.activation is keras.activations.tanh for layer in enc.layers[1:-1])
 
 
 @pytest.mark.parametrize("bad", ["", "0", "16,", "a,b", "-4", "1.5", ",", ()])
@@ -45,7 +46,7 @@ def test_unknown_architecture():
 def test_pinwheel_anchor_both_ties_the_origin_to_the_prior_centre():
     """Anchored at a centre, both nets are odd about it: x = 0 is encoded at the centre, opposite points
     (the pinwheel's arms k and k+2) at mirrored codes, and no layer has a bias to shift them."""
-    tf.keras.utils.set_random_seed(3)
+    keras.utils.set_random_seed(3)
     enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_anchor="both",
                                   pinwheel_centre=[0.5, 0.5])
     x = tf.random.normal([5, 2])
@@ -56,7 +57,7 @@ def test_pinwheel_anchor_both_ties_the_origin_to_the_prior_centre():
     assert not np.allclose(mean, 0.5, atol=1e-3)
     assert not np.allclose(logvar, logvar_neg)  # the log-variance keeps its own head with a bias
     u = tf.random.normal([5, 2])
-    bias = [layer for layer in dec.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    bias = [layer for layer in dec.layers if isinstance(layer, keras.layers.Dense)][-1].bias
     np.testing.assert_allclose(dec(0.5 + u) - bias, -(dec(0.5 - u) - bias), atol=1e-6)
     # hidden 2->6 and means 6->2 without biases, log-variance 6->2 with; decoder 2->6 without, 6->2 with
     assert enc.count_params() == 2 * 6 + 6 * 2 + (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
@@ -66,11 +67,11 @@ def test_pinwheel_anchor_decoder_keeps_the_encoder_free():
     """Anchored in the decoder only: the decoder is odd about the centre (up to its output bias),
     the encoder keeps its biases (so it can still send every point to one code), its means
     starting at the centre."""
-    tf.keras.utils.set_random_seed(4)
+    keras.utils.set_random_seed(4)
     enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_anchor="decoder",
                                   pinwheel_centre=[0.5, 0.5])
     u = tf.random.normal([5, 2])
-    bias = [layer for layer in dec.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    bias = [layer for layer in dec.layers if isinstance(layer, keras.layers.Dense)][-1].bias
     np.testing.assert_allclose(dec(0.5 + u) - bias, -(dec(0.5 - u) - bias), atol=1e-6)
     np.testing.assert_allclose(tf.split(enc(tf.zeros([1, 2])), 2, -1)[0], [[0.5, 0.5]], atol=1e-7)
     # encoder: hidden 2->6, means 6->2 and log-variances 6->2, all with biases; decoder as in `both`
@@ -80,11 +81,11 @@ def test_pinwheel_anchor_decoder_keeps_the_encoder_free():
 def test_pinwheel_anchor_odd_mirrors_about_a_trainable_offset():
     """`odd`: bias-free hidden layers as in `both`, the means' offset a trainable bias started at the
     centre: codes of x and -x mirror about the offset wherever training moves it."""
-    tf.keras.utils.set_random_seed(5)
+    keras.utils.set_random_seed(5)
     enc, dec = build_architecture("pinwheel", [2], 2, pinwheel_hidden="6", pinwheel_anchor="odd",
                                   pinwheel_centre=[0.5, 0.5], pinwheel_posterior_std=0.03)
     np.testing.assert_allclose(enc(tf.zeros([1, 2]))[:, :2], [[0.5, 0.5]], atol=1e-7)
-    offset = [layer for layer in enc.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    offset = [layer for layer in enc.layers if isinstance(layer, keras.layers.Dense)][-1].bias
     assert offset.trainable
     offset.assign([0.0, 1.0])  # as if training had moved it to a prior corner
     x = tf.random.normal([5, 2])
@@ -92,7 +93,7 @@ def test_pinwheel_anchor_odd_mirrors_about_a_trainable_offset():
     np.testing.assert_allclose(enc(tf.zeros([1, 2]))[:, :2], [[0.0, 1.0]], atol=1e-7)
     np.testing.assert_allclose(mean - [0.0, 1.0], -(mean_neg - [0.0, 1.0]), atol=1e-6)
     u = tf.random.normal([5, 2])
-    bias = [layer for layer in dec.layers if isinstance(layer, tf.keras.layers.Dense)][-1].bias
+    bias = [layer for layer in dec.layers if isinstance(layer, keras.layers.Dense)][-1].bias
     np.testing.assert_allclose(dec(0.5 + u) - bias, -(dec(0.5 - u) - bias), atol=1e-6)  # decoder as in `both`
     # encoder: hidden 2->6 without bias, means 6->2 with; decoder 2->6 without, 6->2 with
     assert enc.count_params() == 2 * 6 + (6 * 2 + 2) and dec.count_params() == 2 * 6 + (6 * 2 + 2)
@@ -118,7 +119,7 @@ def test_pinwheel_options_survive_saving(tmp_path):
     x = tf.random.normal([3, 2])
     for model in (enc, dec):
         model.save(tmp_path / f"{model.name}.keras")
-        again = tf.keras.models.load_model(tmp_path / f"{model.name}.keras", compile=False)
+        again = keras.models.load_model(tmp_path / f"{model.name}.keras", compile=False)
         np.testing.assert_allclose(again(x), model(x), atol=1e-6)
 
 

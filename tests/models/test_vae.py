@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
@@ -17,7 +18,7 @@ from tfpriv.privacy.terms import BatchLayout
 
 
 def small_vae(prior="normal", regularizer=None, num_samples=1, likelihood="bernoulli", d=2):
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     enc, dec = build_architecture("mlp", [6], d)
     kw = {"sigma": 0.5} if prior == "mixture" else {}
     return VAE(enc, dec, prior=make_prior(prior, d, **kw), likelihood=likelihood, alpha=2.0,
@@ -54,7 +55,7 @@ def test_reconstruction_term_is_the_negative_bernoulli_log_likelihood():
 
 
 def test_laplace_reconstruction_term_and_log_px_use_obs_scale():
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     enc, dec = build_architecture("mlp", [6], 2)
     vae = VAE(enc, dec, likelihood="laplace", obs_scale=0.1)
     x = tf.constant(np.random.default_rng(3).random([2, 6]), tf.float32)
@@ -81,7 +82,7 @@ def test_every_mode_trains_every_prior_divergence_pair(prior, regularizer):
         vae = small_vae(prior, regularizer, num_samples=2)
         dp = DPConfig(aggregation=aggregation, l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=0.5,
                       num_partitions=2, expected_batch_size=16, max_batch_size=40)
-        vae.compile(tf.keras.optimizers.Adam(1e-2), dp=dp, num_examples=len(x))
+        vae.compile(keras.optimizers.Adam(1e-2), dp=dp, num_examples=len(x))
         before = [w.copy() for w in vae.get_weights()]
         hist = vae.fit(tf.data.Dataset.from_tensor_slices(x).batch(16), epochs=1, verbose=0)
         assert np.isfinite(hist.history["loss"][-1])

@@ -3,39 +3,40 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 SPEC = TermSpec(sample=("rec", "reg"), batch=("div",))
 SAMPLE_ONLY = TermSpec(sample=("rec", "reg"))
 
 
-def conv_model(seed: int = 0) -> tf.keras.Model:
+def conv_model(seed: int = 0) -> keras.Model:
     """Conv2D -> Conv2DTranspose -> Dense on a rank-3 input -> LayerNorm -> PReLU (fallback) -> Dense."""
-    tf.keras.utils.set_random_seed(seed)
-    x = tf.keras.Input([6, 6, 2])
-    h = tf.keras.layers.Conv2D(3, 3, strides=2, padding="same", activation="tanh")(x)
-    h = tf.keras.layers.Conv2D(4, 2, strides=1, padding="valid", activation="tanh")(h)
-    h = tf.keras.layers.Conv2DTranspose(2, 3, strides=2, padding="same", activation="tanh")(h)
-    h = tf.keras.layers.Conv2DTranspose(2, 2, strides=1, padding="valid")(h)
-    h = tf.keras.layers.Reshape([5, 10])(h)
-    h = tf.keras.layers.Dense(5, activation="tanh")(h)          # rank-3 input: T = 5 positions
-    h = tf.keras.layers.Flatten()(h)
-    h = tf.keras.layers.LayerNormalization()(h)
-    h = tf.keras.layers.PReLU(alpha_initializer=tf.keras.initializers.Constant(0.3))(h)  # no fast rule: fallback
-    out = tf.keras.layers.Dense(4)(h)
-    return tf.keras.Model(x, out)
+    keras.utils.set_random_seed(seed)
+    x = keras.Input([6, 6, 2])
+    h = keras.layers.Conv2D(3, 3, strides=2, padding="same", activation="tanh")(x)
+    h = keras.layers.Conv2D(4, 2, strides=1, padding="valid", activation="tanh")(h)
+    h = keras.layers.Conv2DTranspose(2, 3, strides=2, padding="same", activation="tanh")(h)
+    h = keras.layers.Conv2DTranspose(2, 2, strides=1, padding="valid")(h)
+    h = keras.layers.Reshape([5, 10])(h)
+    h = keras.layers.Dense(5, activation="tanh")(h)          # rank-3 input: T = 5 positions
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.LayerNormalization()(h)
+    h = keras.layers.PReLU(alpha_initializer=keras.initializers.Constant(0.3))(h)  # no fast rule: fallback
+    out = keras.layers.Dense(4)(h)
+    return keras.Model(x, out)
 
 
-def mlp_model(seed: int = 0, d_in: int = 7) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(seed)
-    return tf.keras.Sequential([
-        tf.keras.Input([d_in]),
-        tf.keras.layers.Dense(6, activation="tanh"),
-        tf.keras.layers.Dense(3),
+def mlp_model(seed: int = 0, d_in: int = 7) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input([d_in]),
+        keras.layers.Dense(6, activation="tanh"),
+        keras.layers.Dense(3),
     ])
 
 
-def make_loss_fn(model: tf.keras.Model, with_batch_term: bool = True, shared_twice: bool = False):
+def make_loss_fn(model: keras.Model, with_batch_term: bool = True, shared_twice: bool = False):
     """phi_i = ||f(x_i)||^2 + 0.1*sum f(x_i); psi_j = ||mean over partition j of f||^2 * 3."""
 
     def loss_fn(x, layout: BatchLayout) -> LossTerms:
@@ -57,11 +58,11 @@ def make_loss_fn(model: tf.keras.Model, with_batch_term: bool = True, shared_twi
 
 def encoder_decoder(seed: int = 0):
     """Two halves, like a VAE: psi will read only the encoder's output."""
-    tf.keras.utils.set_random_seed(seed)
-    enc = tf.keras.Sequential([tf.keras.Input([7]), tf.keras.layers.Dense(5, activation="tanh"),
-                               tf.keras.layers.LayerNormalization(), tf.keras.layers.Dense(3)])
-    dec = tf.keras.Sequential([tf.keras.Input([3]), tf.keras.layers.Dense(6, activation="tanh"),
-                               tf.keras.layers.Dense(7)])
+    keras.utils.set_random_seed(seed)
+    enc = keras.Sequential([keras.Input([7]), keras.layers.Dense(5, activation="tanh"),
+                               keras.layers.LayerNormalization(), keras.layers.Dense(3)])
+    dec = keras.Sequential([keras.Input([3]), keras.layers.Dense(6, activation="tanh"),
+                               keras.layers.Dense(7)])
     return enc, dec
 
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
@@ -156,10 +157,10 @@ def test_partitions_are_disjoint_and_cover_the_batch():
         assert np.all(layout.partition_ids.numpy()[index[p][mask[p] > 0]] == p)
 
 
-class _RawVariableModel(tf.keras.Model):
+class _RawVariableModel(keras.Model):
     def __init__(self):
         super().__init__()
-        self.dense = tf.keras.layers.Dense(3)
+        self.dense = keras.layers.Dense(3)
         self.scale = tf.Variable(1.0)
 
     def call(self, x):
@@ -221,7 +222,7 @@ def test_verify_accepts_the_supported_layers():
 def test_batch_term_reaching_only_part_of_the_model(aggregation, clipped_sum):
     """Like a VAE's latent divergence: decoder layers get no psi-gradient and are skipped for it."""
     enc, dec = models.encoder_decoder()
-    root = tf.keras.Sequential([tf.keras.Input([7]), enc, dec])
+    root = keras.Sequential([keras.Input([7]), enc, dec])
     loss_fn = models.make_split_loss_fn(enc, dec)
     x = tf.random.stateless_normal([9, 7], seed=[21, 22])
     engine = make_engine(root, aggregation=aggregation, l2_norm_clip=0.4, batch_clip=0.1, num_partitions=2,

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
@@ -14,8 +15,8 @@ SPEC = TermSpec(sample=("rec",), batch=("div",))
 
 
 def wide_model():
-    tf.keras.utils.set_random_seed(0)
-    return tf.keras.Sequential([tf.keras.Input([60]), tf.keras.layers.Dense(150)])   # 9150 coordinates
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input([60]), keras.layers.Dense(150)])   # 9150 coordinates
 
 
 def loss_fn_for(model):
@@ -59,9 +60,9 @@ def test_noise_is_not_repeated_across_steps():
 
 
 def encoder_decoder():
-    tf.keras.utils.set_random_seed(0)
-    encoder = tf.keras.Sequential([tf.keras.Input([60]), tf.keras.layers.Dense(60)])   # 3660 coordinates
-    decoder = tf.keras.Sequential([tf.keras.Input([60]), tf.keras.layers.Dense(80)])   # 4880 coordinates
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential([keras.Input([60]), keras.layers.Dense(60)])   # 3660 coordinates
+    decoder = keras.Sequential([keras.Input([60]), keras.layers.Dense(80)])   # 4880 coordinates
     return encoder, decoder
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
@@ -43,13 +44,13 @@ MODES = {
 }
 
 
-def skip_model() -> tf.keras.Model:
+def skip_model() -> keras.Model:
     """A tanh branch plus a linear skip from the input."""
-    tf.keras.utils.set_random_seed(0)
-    x = tf.keras.Input([7])
-    h = tf.keras.layers.Dense(6, activation="tanh")(x)
-    out = tf.keras.layers.Add()([tf.keras.layers.Dense(3)(h), tf.keras.layers.Dense(3, use_bias=False)(x)])
-    return tf.keras.Model(x, out)
+    keras.utils.set_random_seed(0)
+    x = keras.Input([7])
+    h = keras.layers.Dense(6, activation="tanh")(x)
+    out = keras.layers.Add()([keras.layers.Dense(3)(h), keras.layers.Dense(3, use_bias=False)(x)])
+    return keras.Model(x, out)
 
 
 MODELS = {"skip": skip_model, "tanh": models.mlp_model}
@@ -231,12 +232,12 @@ def test_conv_ghost_norms_of_an_extreme_example_match_the_jacobian_path():
     assert step.experimental_get_tracing_count() == 1
 
 
-def overflow_model() -> tf.keras.Model:
+def overflow_model() -> keras.Model:
     """A linear layer that overflows to inf on features of 3e38, then LayerNormalization (per-example
     gradients in closed form on the fast path), which turns it into NaN."""
-    tf.keras.utils.set_random_seed(0)
-    return tf.keras.Sequential([tf.keras.Input([7]), tf.keras.layers.Dense(4), tf.keras.layers.LayerNormalization(),
-                                tf.keras.layers.Dense(3)])
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input([7]), keras.layers.Dense(4), keras.layers.LayerNormalization(),
+                                keras.layers.Dense(3)])
 
 
 ROW_ISOLATED = [("micro", "fast", "bookkeeping"), ("micro", "fast", "reweight"), ("micro", "per_example", "bookkeeping"),
@@ -282,7 +283,7 @@ def test_fit_logs_dropped_examples_and_keeps_weights_finite():
     x = tf.random.stateless_normal([12, 7], seed=[5, 6]).numpy()
     x[4] = np.inf
     model = _Tiny()
-    model.compile(tf.keras.optimizers.SGD(0.1), num_examples=12, delta=1e-2,
+    model.compile(keras.optimizers.SGD(0.1), num_examples=12, delta=1e-2,
                   dp=DPConfig(aggregation="micro", l2_norm_clip=C, noise_multiplier=1.0, expected_batch_size=6, seed=0))
     history = model.fit(tf.data.Dataset.from_tensor_slices(x).batch(6), epochs=2, verbose=0)
     assert history.history["dropped"] == [1.0, 1.0]  # summed over each epoch's steps

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
@@ -27,13 +28,13 @@ def engine_for(model, spec, clipping="per_example", **kw):
     return DPGradientEngine(DPConfig(clipping=clipping, **base), model, spec)
 
 
-def small_conv(seed: int = 0) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(seed)
-    return tf.keras.Sequential([
-        tf.keras.Input([6, 6, 2]),
-        tf.keras.layers.Conv2D(3, 3, strides=2, padding="same", activation="tanh"),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(1),
+def small_conv(seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input([6, 6, 2]),
+        keras.layers.Conv2D(3, 3, strides=2, padding="same", activation="tanh"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(1),
     ])
 
 
@@ -54,14 +55,14 @@ def gp_loss_fn(model):
 def recurrent(layer):
     """[5, 3] sequences -> `layer()` -> Dense: per-example gradients pfor cannot vectorize in TF 2.15."""
 
-    def build(seed: int = 0) -> tf.keras.Model:
-        tf.keras.utils.set_random_seed(seed)
-        return tf.keras.Sequential([tf.keras.Input([5, 3]), layer(), tf.keras.layers.Dense(3)])
+    def build(seed: int = 0) -> keras.Model:
+        keras.utils.set_random_seed(seed)
+        return keras.Sequential([keras.Input([5, 3]), layer(), keras.layers.Dense(3)])
 
     return build
 
 
-L = tf.keras.layers
+L = keras.layers
 SEQUENCE_LOSS = lambda m: models.make_loss_fn(m, with_batch_term=False)  # noqa: E731
 CASES = {
     "dense-gp": (models.mlp_model, gp_loss_fn, [8, 7], GP_SPEC),
@@ -73,7 +74,7 @@ CASES = {
     "gru": (recurrent(lambda: L.GRU(4)), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
     "lstm": (recurrent(lambda: L.LSTM(4)), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
     "bidirectional": (recurrent(lambda: L.Bidirectional(L.LSTM(2))), SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
-    "time_distributed": (recurrent(lambda: tf.keras.Sequential([L.TimeDistributed(L.Dense(2)), L.Flatten()])),
+    "time_distributed": (recurrent(lambda: keras.Sequential([L.TimeDistributed(L.Dense(2)), L.Flatten()])),
                          SEQUENCE_LOSS, [8, 5, 3], models.SAMPLE_ONLY),
 }
 
@@ -99,9 +100,9 @@ def test_clipped_sums_equal_naive_loop_and_jacobian_path(case):
 @pytest.mark.parametrize("rnn", [L.SimpleRNN, L.LSTM], ids=["simple_rnn", "lstm"])
 def test_text_classifier_clipped_sum_equals_naive_loop(rnn):
     """The issue's Embedding -> RNN -> Dense classifier (pfor fails on both after an Embedding)."""
-    tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.Input([6], dtype="int32"), L.Embedding(50, 8), rnn(8), L.Dense(3)])
-    xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input([6], dtype="int32"), L.Embedding(50, 8), rnn(8), L.Dense(3)])
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     ids = tf.random.stateless_uniform([8, 6], seed=[3, 4], maxval=50, dtype=tf.int32)
     labels = tf.random.stateless_uniform([8], seed=[5, 6], maxval=3, dtype=tf.int32)
 
@@ -161,8 +162,8 @@ def test_logged_terms_are_the_batch_means():
 
 
 def wide_model():
-    tf.keras.utils.set_random_seed(0)
-    return tf.keras.Sequential([tf.keras.Input([60]), tf.keras.layers.Dense(150)])   # 9150 coordinates
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input([60]), keras.layers.Dense(150)])   # 9150 coordinates
 
 
 @pytest.mark.parametrize("aggregation,kw,expected", [

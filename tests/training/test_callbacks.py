@@ -5,10 +5,10 @@ import math
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tfpriv
 from tfpriv.audit.sweep import build_vae
+from tfpriv.compat import keras
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import epsilon_for, max_steps_within
@@ -20,9 +20,9 @@ N, B, Z, DELTA = 64, 16, 1.0, 1e-3
 
 
 def _private(max_epsilon: float):
-    tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(2)])
-    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z)
     dp_model = tfpriv.make_private(model, loss, config, num_examples=N, batch_size=B, delta=DELTA,
                                    max_epsilon=max_epsilon)
@@ -58,7 +58,7 @@ def test_a_budget_stop_prints_epsilon_and_steps(capsys):
 N_VAE = 200
 
 
-class StopAt(tf.keras.callbacks.Callback):
+class StopAt(keras.callbacks.Callback):
     """Stops training after `steps` steps (what `--max_steps` does)."""
 
     def __init__(self, steps: int):
@@ -76,7 +76,7 @@ def fit(tmp_path, callbacks, epochs=2):
     cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.5)
     plan = plan_privacy(cfg, model.term_spec(), N_VAE, 20, epochs, delta=1e-3, sampling="shuffle")
     x = (np.random.default_rng(0).random([N_VAE, 12]) > 0.5).astype(np.float32)
-    return fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=2,
+    return fit_private(model, x, plan, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=2,
                        extra_callbacks=callbacks)
 
 
@@ -106,6 +106,6 @@ def test_a_negligible_noise_multiplier_finishes_with_the_accountants_epsilon(tmp
     vae = build_vae("normal", "none", (12,), latent_dim=2, hidden=(8,), seed=0)
     config = DPConfig(aggregation="termwise", num_partitions=0, l2_norm_clip=1.0, noise_multiplier=1e-30)
     plan = plan_privacy(config, vae.term_spec(), len(x), 16, 1)
-    fit = fit_private(vae, x, plan, tf.keras.optimizers.SGD(0.1), str(tmp_path), seed=0, verbose=0)
+    fit = fit_private(vae, x, plan, keras.optimizers.SGD(0.1), str(tmp_path), seed=0, verbose=0)
     assert fit["steps"] == 2 and 1e38 < fit["epsilon"] < math.inf
     assert fit["history"]["epsilon"] == [math.inf]

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO_ROOT
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.training import distribute
 
@@ -60,7 +61,7 @@ def _fit_tiny_vae(out_dir, strategy=None) -> tuple[float, list]:
         config = DPConfig(aggregation="termwise", num_partitions=2, l2_norm_clip=1.0, batch_clip=0.5,
                           noise_multiplier=1.0, seed=3)
         plan = plan_privacy(config, vae.term_spec(), len(x), 16, 1)
-        fit = fit_private(vae, x, plan, tf.keras.optimizers.SGD(0.5), str(out_dir), seed=3, verbose=0)
+        fit = fit_private(vae, x, plan, keras.optimizers.SGD(0.5), str(out_dir), seed=3, verbose=0)
     return fit["epsilon"], vae.get_weights()
 
 

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from tests.gan.helpers import dp as gan_dp
 from tests.gan.helpers import tiny_wgan
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
@@ -21,7 +22,7 @@ CONFIG = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, nois
 
 
 def _vae():
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     enc, dec = build_architecture("mlp", [12], 3)
     return VAE(enc, dec, prior=make_prior("sparse", 3), alpha=5.0, regularizer=make_divergence("mmd"))
 
@@ -36,7 +37,7 @@ def _expected(steps):
 
 def test_fit_on_a_dataset_reports_epsilon_per_epoch():
     vae = _vae()
-    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
     history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=2, verbose=0)
     assert vae.ledger.total_steps == 2 * (N // B)
     assert history.history["epsilon"] == pytest.approx([_expected(6), _expected(12)])
@@ -45,7 +46,7 @@ def test_fit_on_a_dataset_reports_epsilon_per_epoch():
 
 def test_fit_on_numpy_draws_poisson_batches_and_continues_across_calls():
     vae = _vae()
-    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
     vae.fit(_x(), epochs=1, verbose=0, seed=1)            # round(1/q) = 6 steps an epoch
     history = vae.fit(_x(), epochs=1, verbose=0, seed=1)
     assert vae.ledger.total_steps == int(vae.step_count.numpy()) == 12
@@ -58,7 +59,7 @@ def test_fit_on_numpy_draws_poisson_batches_and_continues_across_calls():
 
 def test_fit_on_a_generator():
     vae = _vae()
-    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
 
     def batches():
         x = _x()
@@ -72,34 +73,34 @@ def test_fit_on_a_generator():
 
 def test_the_progress_bar_shows_epsilon(capsys):
     vae = _vae()
-    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
     vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=2)
     assert "epsilon: " in capsys.readouterr().out
 
 
 def test_a_private_compile_needs_the_training_set_size():
     with pytest.raises(ConfigError, match="num_examples"):
-        _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG)
+        _vae().compile(keras.optimizers.Adam(1e-3), dp=CONFIG)
     with pytest.raises(ConfigError, match="delta"):
-        _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=0.5)
+        _vae().compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=0.5)
 
 
 def test_a_non_private_model_reports_no_epsilon():
     vae = _vae()
-    vae.compile(tf.keras.optimizers.Adam(1e-3))
+    vae.compile(keras.optimizers.Adam(1e-3))
     history = vae.fit(_x(), batch_size=B, epochs=1, verbose=0)
     assert "epsilon" not in history.history and vae.epsilon() == float("inf")
 
 
 def test_fit_reports_the_chosen_accountants_epsilon():
     vae = _vae()
-    vae.compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3, accountant="pld")
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3, accountant="pld")
     history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=0)
     segments = [(B / N, CONFIG.effective_noise_multiplier(True), 6)]
     assert history.history["epsilon"][-1] == pytest.approx(epsilon_for(segments, 1e-3, accountant="pld"))
     assert history.history["epsilon"][-1] < _expected(6)
     with pytest.raises(ConfigError, match="accountant"):
-        _vae().compile(tf.keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, accountant="moments")
+        _vae().compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, accountant="moments")
 
 
 class _BatchCentred(DPModel):
@@ -107,7 +108,7 @@ class _BatchCentred(DPModel):
 
     def __init__(self):
         super().__init__()
-        self.dense = tf.keras.layers.Dense(1)
+        self.dense = keras.layers.Dense(1)
 
     def term_spec(self):
         return TermSpec(sample=("centred",))
@@ -142,6 +143,6 @@ def test_whether_a_model_trains_does_not_depend_on_one_record():
         if record is not None:
             batch[2] = record
         model = _BatchCentred()
-        model.compile(tf.keras.optimizers.SGD(0.1), dp=config, num_examples=100)
+        model.compile(keras.optimizers.SGD(0.1), dp=config, num_examples=100)
         outcomes.add(_prepare_outcome(model, tf.constant(batch)))
     assert outcomes == {"refused: DP engine: a sample-wise loss term depends on other examples in the batch "}

@@ -4,18 +4,19 @@ import pytest
 import tensorflow as tf
 
 import tfpriv
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.training.model_fix import groups_for
 
-L = tf.keras.layers
+L = keras.layers
 N, B = 64, 16
-LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
 
 
 def _bn_convnet():
-    tf.keras.utils.set_random_seed(0)
-    return tf.keras.Sequential([L.Input([8, 8, 1]), L.Conv2D(6, 3), L.BatchNormalization(name="bn"), L.ReLU(),
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([L.Input([8, 8, 1]), L.Conv2D(6, 3), L.BatchNormalization(name="bn"), L.ReLU(),
                                 L.Flatten(), L.Dense(2)])
 
 
@@ -64,12 +65,12 @@ def test_fixed_convnet_trains_privately_and_reports_epsilon():
 
 
 def test_functional_model_with_a_nested_sequential_is_fixed():
-    tf.keras.utils.set_random_seed(0)
-    inner = tf.keras.Sequential([L.Input([5]), L.Dense(4), L.BatchNormalization()])
+    keras.utils.set_random_seed(0)
+    inner = keras.Sequential([L.Input([5]), L.Dense(4), L.BatchNormalization()])
     x = L.Input([5])
     h = L.BatchNormalization(axis=1)(L.Reshape([5, 1])(x))
     out = L.Dense(2)(L.Concatenate()([inner(x), L.Flatten()(h)]))
-    original = tf.keras.Model(x, out)
+    original = keras.Model(x, out)
     assert len(tfpriv.validate_model(original)) == 2
     fixed = tfpriv.fix_model(original)
     norms = [layer for layer in fixed._flatten_layers() if isinstance(layer, L.GroupNormalization)]
@@ -98,7 +99,7 @@ class _OwnsAndCalls(L.Layer):
 
 
 def test_validate_lists_every_problem_and_fix_model_refuses_what_it_cannot_fix():
-    model = tf.keras.Sequential([L.Input([4, 3], batch_size=2), L.LSTM(3, stateful=True, name="lstm"),
+    model = keras.Sequential([L.Input([4, 3], batch_size=2), L.LSTM(3, stateful=True, name="lstm"),
                                  _OwnsAndCalls(name="owns"), L.BatchNormalization(name="bn")])
     problems = tfpriv.validate_model(model)
     assert len(problems) == 3

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import tfpriv
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.privacy.terms import BatchLayout
@@ -19,23 +20,23 @@ def _data(shape):
 
 
 def _mlp():
-    return tf.keras.Sequential([tf.keras.layers.Input([12]), tf.keras.layers.Dense(16, activation="relu"),
-                                tf.keras.layers.Dense(2)])
+    return keras.Sequential([keras.layers.Input([12]), keras.layers.Dense(16, activation="relu"),
+                                keras.layers.Dense(2)])
 
 
 def _convnet():
-    L = tf.keras.layers
-    return tf.keras.Sequential([L.Input([8, 8, 1]), L.Conv2D(4, 3, activation="relu"), L.MaxPooling2D(),
+    L = keras.layers
+    return keras.Sequential([L.Input([8, 8, 1]), L.Conv2D(4, 3, activation="relu"), L.MaxPooling2D(),
                                 L.Flatten(), L.Dense(2)])
 
 
-LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
 
 
 @pytest.mark.parametrize("build,shape", [(_mlp, [12]), (_convnet, [8, 8, 1])], ids=["mlp", "convnet"])
 def test_the_snippet_trains_reports_epsilon_and_saves(tmp_path, build, shape):
     x_train, y_train = _data(shape)
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     dp_model = tfpriv.make_private(build(), loss=LOSS,
                                    config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
                                    num_examples=len(x_train), batch_size=B, delta=1e-5)
@@ -47,7 +48,7 @@ def test_the_snippet_trains_reports_epsilon_and_saves(tmp_path, build, shape):
     assert history.history["epsilon"][0] == pytest.approx(epsilon_for([(B / N, 1.1, steps // 2)], 1e-5))
     assert dp_model.ledger.total_steps == steps and 0 <= history.history["accuracy"][-1] <= 1
     dp_model.save(str(tmp_path / "m.keras"))
-    loaded = tf.keras.models.load_model(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
     np.testing.assert_allclose(loaded.predict(x_train[:16], verbose=0), dp_model.predict(x_train[:16], verbose=0),
                                rtol=1e-6)
     assert set(dp_model.evaluate(x_train, y_train, verbose=0, return_dict=True)) >= {"loss", "accuracy"}
@@ -68,7 +69,7 @@ def test_refusals_name_the_parameter():
     with pytest.raises(ConfigError, match="target_epsilon, epochs"):
         tfpriv.make_private(_mlp(), LOSS, tfpriv.DPConfig(aggregation="micro"), N, B, target_epsilon=1.0)
     def mean_loss(y_true, y_pred):                                                 # reduces to a scalar
-        return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True))
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True))
 
     dp_model = tfpriv.make_private(_mlp(), mean_loss, tfpriv.DPConfig(aggregation="micro"), N, B)
     dp_model.compile("sgd")
@@ -84,9 +85,9 @@ CLIPPINGS = ["fast", "per_example", "vectorized"]
 
 def _three_classes(n: int, bad: dict[int, int] | None = None, softmax: bool = False):
     """A 2-layer MLP over 3 classes, n examples of 4 features, labels i % 3 except `bad` {row: label}."""
-    tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(5, activation="tanh"),
-                                 tf.keras.layers.Dense(3, activation="softmax" if softmax else None)])
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(5, activation="tanh"),
+                                 keras.layers.Dense(3, activation="softmax" if softmax else None)])
     x = np.random.default_rng(1).normal(size=(n, 4)).astype(np.float32)
     y = np.arange(n) % 3
     for row, label in (bad or {}).items():
@@ -124,8 +125,8 @@ def test_only_class_index_labels_are_screened():
     dp_model = _private(model, "sparse_categorical_crossentropy", 8)
     dp_model.compile(optimizer="sgd")
     assert dp_model.fit(x, y.astype(np.float32), epochs=1, verbose=0).history["dropped"] == [1.0]
-    tf.keras.utils.set_random_seed(0)
-    binary = tf.keras.Sequential([tf.keras.layers.Input([4]), tf.keras.layers.Dense(1)])
+    keras.utils.set_random_seed(0)
+    binary = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(1)])
     dp_model = _private(binary, lambda t, p: tf.square(tf.cast(t, tf.float32) - p[:, 0]), 8)
     dp_model.compile(optimizer="sgd")
     assert dp_model.fit(x, np.arange(8) % 2, epochs=1, verbose=0).history["dropped"] == [0.0]
@@ -137,7 +138,7 @@ def test_compiled_metrics_work_on_every_clipping_path_and_skip_dropped_examples(
     model, x, y = _three_classes(n, {4: 9})
     x[7] = np.nan
     dp_model = _private(model, LOSS, n, clipping)
-    dp_model.compile(optimizer=tf.keras.optimizers.SGD(0.0), metrics=["accuracy"])  # weights stay: exact check
+    dp_model.compile(optimizer=keras.optimizers.SGD(0.0), metrics=["accuracy"])  # weights stay: exact check
     history = dp_model.fit(x, y, epochs=1, verbose=0)
     kept = np.isin(np.arange(n), [4, 7], invert=True)
     expected = np.mean(np.argmax(model.predict(x[kept], verbose=0), axis=1) == y[kept])
@@ -156,14 +157,14 @@ def test_metrics_with_vectorized_clipping_on_a_two_layer_mlp():
     assert 0 <= dp_model.fit(x, y, epochs=1, verbose=0).history["accuracy"][0] <= 1
 
 
-REDUCTIONS = [tf.keras.losses.Reduction.SUM, tf.keras.losses.Reduction.AUTO,
-              tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE, tf.keras.losses.Reduction.NONE]
+REDUCTIONS = [keras.losses.Reduction.SUM, keras.losses.Reduction.AUTO,
+              keras.losses.Reduction.SUM_OVER_BATCH_SIZE, keras.losses.Reduction.NONE]
 
 
 @pytest.mark.parametrize("loss", ["sparse_categorical_crossentropy", "SparseCategoricalCrossentropy",
-                                  *[tf.keras.losses.SparseCategoricalCrossentropy(reduction=r) for r in REDUCTIONS],
-                                  tf.keras.losses.sparse_categorical_crossentropy,
-                                  lambda t, p: tf.keras.losses.sparse_categorical_crossentropy(t, p)],
+                                  *[keras.losses.SparseCategoricalCrossentropy(reduction=r) for r in REDUCTIONS],
+                                  keras.losses.sparse_categorical_crossentropy,
+                                  lambda t, p: keras.losses.sparse_categorical_crossentropy(t, p)],
                          ids=["name", "class-name", *[f"object-{r}" for r in REDUCTIONS], "function", "lambda"])
 def test_keras_loss_names_and_objects_with_any_reduction_give_per_example_values(loss):
     n = 8
@@ -174,7 +175,7 @@ def test_keras_loss_names_and_objects_with_any_reduction_give_per_example_values
     dp_model.compile(optimizer="sgd")
     values = dp_model.loss_terms(dp_model.private_inputs((tf.constant(x), tf.constant(y))),
                                  BatchLayout.single(n)).sample["loss"]
-    np.testing.assert_allclose(values.numpy(), tf.keras.losses.sparse_categorical_crossentropy(y, model(x)).numpy(),
+    np.testing.assert_allclose(values.numpy(), keras.losses.sparse_categorical_crossentropy(y, model(x)).numpy(),
                                rtol=1e-6)
     assert dp_model.fit(x, y, epochs=1, verbose=0).history["dropped"] == [0.0]
 
@@ -191,14 +192,14 @@ def test_an_unknown_loss_name_is_refused():
 def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
     """Leak 3 for token ids: an id outside the Embedding's [0, input_dim) would abort the step in the
     lookup; that example is dropped (counted) and the rest train."""
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     if functional:
-        tokens = tf.keras.Input([6], dtype="int32")
-        h = tf.keras.layers.GlobalAveragePooling1D()(tf.keras.layers.Embedding(50, 4)(tokens))
-        model = tf.keras.Model(tokens, tf.keras.layers.Dense(3)(h))
+        tokens = keras.Input([6], dtype="int32")
+        h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(tokens))
+        model = keras.Model(tokens, keras.layers.Dense(3)(h))
     else:
-        model = tf.keras.Sequential([tf.keras.Input([6], dtype="int32"), tf.keras.layers.Embedding(50, 4),
-                                     tf.keras.layers.GlobalAveragePooling1D(), tf.keras.layers.Dense(3)])
+        model = keras.Sequential([keras.Input([6], dtype="int32"), keras.layers.Embedding(50, 4),
+                                     keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
     x = np.random.default_rng(0).integers(0, 50, size=(16, 6)).astype(np.int32)
     x[3, 2] = bad_id
     y = np.arange(16) % 3
@@ -214,9 +215,9 @@ def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
 @pytest.mark.parametrize("clipping", CLIPPINGS)
 def test_text_classifier_with_lstm_trains(clipping):
     """Embedding -> LSTM -> Dense (issue 34): fast clipping was refused, per_example crashed in pfor."""
-    L = tf.keras.layers
-    tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8), L.Dense(3)])
+    L = keras.layers
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8), L.Dense(3)])
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 50, (32, 6)).astype(np.int32), rng.integers(0, 3, 32)
     dp_model = tfpriv.make_private(model, LOSS, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,

@@ -4,8 +4,8 @@ import types
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
 from tfpriv.models.architectures import build_architecture
@@ -32,14 +32,14 @@ def _assert_identical(a: list[np.ndarray], b: list[np.ndarray]) -> None:
 
 # -- VAE (termwise, b = 2 random partitions, MMD with prior samples drawn in the loss) ---------
 def _vae_run(directory, epochs):
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     enc, dec = build_architecture("mlp", [12], 3)
     model = VAE(enc, dec, prior=make_prior("sparse", 3), alpha=5.0, regularizer=make_divergence("mmd"))
     cfg = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=1.5,
                    num_partitions=2, seed=3)
     plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3)
     x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
-    out = fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-2), str(directory), seed=7, verbose=0)
+    out = fit_private(model, x, plan, keras.optimizers.Adam(1e-2), str(directory), seed=7, verbose=0)
     return model, out
 
 
@@ -62,7 +62,7 @@ def test_vae_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
 
 # -- GAN (DPGAN critic, generator step every 2nd critic step) -------------------------------------
 def _gan_run(directory, epochs):
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     images = rng.random((200, 28, 28, 1), dtype=np.float32)
     labels = rng.integers(0, 10, 200).astype(np.int32)
@@ -84,7 +84,7 @@ def _stage1_run(directory, epochs):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(N, 7)).astype(np.float32)
     ds = types.SimpleNamespace(name="abalone", x_train=x, x_test=x[:40], likelihood="gaussian", kind="tabular")
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     vae = build_stage1_vae(ds, 4, robust_decoder=1.0)
     dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=1.0, num_partitions=1, seed=1)
     plan = plan_stage1_privacy(vae, dp, N, 20, epochs, delta=1e-3)
@@ -104,7 +104,7 @@ def test_filter_stage1_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path
 # -- --epsilon on a resumed run: calibrated for the remaining budget ----------------------------
 def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
     def run(epochs, target):
-        tf.keras.utils.set_random_seed(0)
+        keras.utils.set_random_seed(0)
         enc, dec = build_architecture("mlp", [12], 3)
         model = VAE(enc, dec)
         cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
@@ -112,7 +112,7 @@ def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
         plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=target,
                             history=history)
         x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
-        return plan, fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
+        return plan, fit_private(model, x, plan, keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
 
     first_plan, first = run(1, 2.0)
     assert first["epsilon"] == pytest.approx(2.0, rel=1e-3)
@@ -145,13 +145,13 @@ def test_target_epsilon_already_spent_is_refused(tmp_path):
 def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path):
     """A library user who plans without `history` still stops at the target on resume."""
     def run(epochs):
-        tf.keras.utils.set_random_seed(0)
+        keras.utils.set_random_seed(0)
         enc, dec = build_architecture("mlp", [12], 3)
         model = VAE(enc, dec)
         cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
         plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=3.0)
         x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
-        return fit_private(model, x, plan, tf.keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
+        return fit_private(model, x, plan, keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
 
     run(1)
     out = run(2)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
@@ -36,7 +37,7 @@ def plan(model, epochs=2, **kw):
 def test_poisson_batches_vary_but_train_step_is_traced_once(tmp_path):
     model = vae()
     p = plan(model, epochs=2)
-    out = fit_private(model, data(), p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    out = fit_private(model, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     assert model.train_function.experimental_get_tracing_count() == 1
     assert out["steps"] == 2 * p.steps_per_epoch == 20
     expected = epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, 20)], 1e-3)
@@ -76,12 +77,12 @@ def test_memory_stays_flat_and_the_step_is_traced_once_over_epochs_of_poisson_ba
 
     model.train_step = counted_step
 
-    class Rss(tf.keras.callbacks.Callback):
+    class Rss(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             gc.collect()
             rss_mb.append(psutil.Process().memory_info().rss / 2**20)
 
-    fit_private(model, x, p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0, extra_callbacks=[Rss()])
+    fit_private(model, x, p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0, extra_callbacks=[Rss()])
     batches, _, steps_per_epoch = make_dataset(x, 20, "poisson", 1)  # the batches of the run: (seed, step)
     sizes = {int(b.shape[0]) for b in batches.take(epochs * steps_per_epoch)}
     assert len(sizes) >= 5  # Poisson: the batch size varies ...
@@ -93,10 +94,10 @@ def test_memory_stays_flat_and_the_step_is_traced_once_over_epochs_of_poisson_ba
 
 def test_resumed_run_continues_its_epsilon(tmp_path):
     first = vae()
-    fit_private(first, data(), plan(first, epochs=1), tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     second = vae()
     p = plan(second, epochs=3)
-    out = fit_private(second, data(), p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     assert out["resumed"] and out["epochs_completed"] == 3
     assert out["steps"] == 30   # 10 before the restart + 20 after: continued, not restarted
     assert out["epsilon"] == pytest.approx(epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, 30)], 1e-3))
@@ -104,10 +105,10 @@ def test_resumed_run_continues_its_epsilon(tmp_path):
 
 def test_resume_restores_weights_and_optimizer(tmp_path):
     first = vae()
-    fit_private(first, data(), plan(first, epochs=1), tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     saved = [w.copy() for w in first.get_weights()]
     second = vae()
-    opt = tf.keras.optimizers.Adam(1e-3)
+    opt = keras.optimizers.Adam(1e-3)
     fit_private(second, data(), plan(second, epochs=1), opt, str(tmp_path), seed=1, verbose=0)  # nothing left to do
     for a, b in zip(saved, second.get_weights()):
         np.testing.assert_array_equal(a, b)
@@ -116,7 +117,7 @@ def test_resume_restores_weights_and_optimizer(tmp_path):
 def test_max_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
     model = vae()
     p = plan(model, epochs=50, max_epsilon=3.0)
-    out = fit_private(model, data(), p, tf.keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    out = fit_private(model, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     allowed = max_steps_within(3.0, 1e-3, p.sampling_rate, p.effective_noise_multiplier)
     assert out["budget_reached"] and out["steps"] == allowed < 50 * p.steps_per_epoch
     assert out["epsilon"] <= 3.0

@@ -5,6 +5,7 @@ import types
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.filter.filters import build_filter
 from tfpriv.filter.pipeline import load_filter, save_filter
 from tfpriv.gan.training import save_generator
@@ -16,7 +17,7 @@ def test_gan_generator_round_trip(tmp_path):
     latent, labels = tf.random.stateless_normal([6, 4], seed=[1, 2]), np.arange(6, dtype=np.int32)
     before = model.generator([latent, labels]).numpy()
     save_generator(model, str(tmp_path), {"model": "dpwgan_gp"})
-    loaded = tf.keras.models.load_model(str(tmp_path / "generator.keras"), compile=False)
+    loaded = keras.models.load_model(str(tmp_path / "generator.keras"), compile=False)
     np.testing.assert_array_equal(loaded([latent, labels]).numpy(), before)
 
 

@@ -7,9 +7,9 @@ import os
 import dp_accounting
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tfpriv
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS, training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
@@ -28,12 +28,12 @@ def _data(seed: int = 0):
 
 def _trial(values, trial_dir):
     x, y = _data()
-    tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.layers.Input([6]), tf.keras.layers.Dense(2)])
-    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input([6]), keras.layers.Dense(2)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     dp_model = tfpriv.make_private(model, loss, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z),
                                    num_examples=N, batch_size=values["batch_size"], delta=1e-3)
-    dp_model.compile(tf.keras.optimizers.SGD(values["learning_rate"]), metrics=["accuracy"])
+    dp_model.compile(keras.optimizers.SGD(values["learning_rate"]), metrics=["accuracy"])
     dp_model.fit(x, y, epochs=1, verbose=0, seed=0)
     x_test, y_test = _data(seed=1)  # held-out data: what the objective reads
     accuracy = float(np.mean(np.argmax(model(x_test).numpy(), axis=1) == y_test))

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.audit.bounds import many_run_epsilon_lower_bound, one_run_audit
+from tfpriv.compat import keras
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import BatchLayout
@@ -90,9 +91,9 @@ def _classifier_data(m: int, kind: str, magnitude: float, n_real: int | None, se
     return real, y, canaries, canary_y, d
 
 
-def _linear_model(dims: int, seed: int, zero_rows_from: int | None = None) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(seed)
-    model = tf.keras.Sequential([tf.keras.Input([dims]), tf.keras.layers.Dense(NUM_CLASSES)])
+def _linear_model(dims: int, seed: int, zero_rows_from: int | None = None) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input([dims]), keras.layers.Dense(NUM_CLASSES)])
     if zero_rows_from is not None:
         kernel = model.layers[0].kernel
         kernel.assign(tf.concat([kernel[:zero_rows_from], tf.zeros_like(kernel[zero_rows_from:])], 0))
@@ -100,7 +101,7 @@ def _linear_model(dims: int, seed: int, zero_rows_from: int | None = None) -> tf
 
 
 def _per_example_loss():
-    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
 def _gradient_scores(kernel_before: np.ndarray, kernel_after: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -134,7 +135,7 @@ def classifier_canary_run(m: int = 1000, private: bool = True, target_epsilon: f
     config = DPConfig(aggregation="micro", l2_norm_clip=l2_norm_clip, noise_multiplier=0.0, seed=seed)
     dp = tfpriv.make_private(model, _per_example_loss(), config, num_examples=n, batch_size=batch_size, delta=delta,
                              target_epsilon=target_epsilon if private else None, epochs=epochs if private else None)
-    dp.compile(optimizer=tf.keras.optimizers.SGD(learning_rate))
+    dp.compile(optimizer=keras.optimizers.SGD(learning_rate))
     loss_fn = _per_example_loss()
     before_kernel = model.layers[0].kernel.numpy().copy()
     before_loss = loss_fn(canary_y, model(canaries)).numpy()
@@ -214,7 +215,7 @@ def vae_canary_run(m: int = 500, private: bool = True, target_epsilon: float = 2
     plan = plan_privacy(config, vae.term_spec(), n, batch_size, epochs, delta=delta,
                         target_epsilon=target_epsilon if private else None)
     dp = plan.config if private else config.replace(expected_batch_size=float(batch_size))
-    vae.compile(tf.keras.optimizers.Adam(learning_rate), dp=dp, num_examples=n, delta=plan.delta)
+    vae.compile(keras.optimizers.Adam(learning_rate), dp=dp, num_examples=n, delta=plan.delta)
     vae.loss_terms(tf.constant(canaries[:2]), BatchLayout.single(2), training=False)  # builds variables
     if kind == "input":
         before = _neg_elbo(vae, canaries, draws, seed + 1)
@@ -261,7 +262,7 @@ def gan_canary_run(m: int = 200, private: bool = True, target_epsilon: float = 2
     included = inclusion(m, seed)
     x_train = np.concatenate([x, canaries[included]])
     n = len(x) + m // 2
-    tf.keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)
     gan = make_dpwgan_gp(capacity=capacity, latent_size=16, seed=seed)
     config = DPConfig(aggregation="micro" if private else "none", l2_norm_clip=l2_norm_clip,
                       clipping="per_example", seed=seed)
@@ -312,7 +313,7 @@ def many_run_audit(runs: int = 100, private: bool = True, target_epsilon: float 
     dp = tfpriv.make_private(model, _per_example_loss(), config, num_examples=n, batch_size=batch_size,
                              delta=delta, target_epsilon=target_epsilon if private else None,
                              epochs=epochs if private else None)
-    dp.compile(optimizer=tf.keras.optimizers.SGD(learning_rate))
+    dp.compile(optimizer=keras.optimizers.SGD(learning_rate))
     scores: dict[bool, list[float]] = {True: [], False: []}
     steps = 0
     for r in range(runs):

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from tfpriv.audit.known_seed import known_seed_audit
 from tfpriv.audit.sensitivity import DEFAULT_SCALES, audit_sensitivity, passes
+from tfpriv.compat import keras
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rng import stream_generator
@@ -128,7 +129,7 @@ def build_vae(prior: str, divergence: str, input_shape: Sequence[int], latent_di
     from tfpriv.models.divergences import make_divergence
     from tfpriv.models.priors import make_prior
     from tfpriv.models.vae import VAE
-    tf.keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)
     if hidden is None:
         encoder, decoder = build_architecture("mlp", input_shape, latent_dim)
     else:
@@ -140,7 +141,7 @@ def build_vae(prior: str, divergence: str, input_shape: Sequence[int], latent_di
 
 def build_gan(capacity: int = 1, latent_size: int = 8, conditional: bool = False, seed: int = 0):
     from tfpriv.gan.wgan_gp import make_dpwgan_gp
-    tf.keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)
     return make_dpwgan_gp(capacity=capacity, latent_size=latent_size, num_classes=10 if conditional else None,
                           seed=seed)
 
@@ -148,9 +149,9 @@ def build_gan(capacity: int = 1, latent_size: int = 8, conditional: bool = False
 def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: float = 1.0, batch_size: int = 8):
     """`make_private` on a linear softmax classifier (the PrivateModel it returns)."""
     import tfpriv
-    tf.keras.utils.set_random_seed(seed)
-    keras_model = tf.keras.Sequential([tf.keras.Input([input_dim]), tf.keras.layers.Dense(num_classes)])
-    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    keras.utils.set_random_seed(seed)
+    keras_model = keras.Sequential([keras.Input([input_dim]), keras.layers.Dense(num_classes)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     return tfpriv.make_private(keras_model, loss, DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0),
                                num_examples=1000, batch_size=batch_size)
 
@@ -170,14 +171,14 @@ def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 
                           batch_size: int = 8):
     """`make_private` on a token classifier of `kind` in TEXT_MODELS (the PrivateModel it returns)."""
     import tfpriv
-    L = tf.keras.layers
-    tf.keras.utils.set_random_seed(seed)
+    L = keras.layers
+    keras.utils.set_random_seed(seed)
     tokens = L.Input([length], dtype=tf.int32)
     h = L.Embedding(VOCAB, 8)(tokens)
     if kind == "transformer":
         h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
-    keras_model = tf.keras.Model(tokens, L.Dense(num_classes)(L.GlobalAveragePooling1D()(h)))
-    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    keras_model = keras.Model(tokens, L.Dense(num_classes)(L.GlobalAveragePooling1D()(h)))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     config = DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0)
     return tfpriv.make_private(keras_model, loss, config, num_examples=1000, batch_size=batch_size)
 

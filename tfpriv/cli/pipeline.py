@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.errors import UsageError
 from tfpriv.export import export_run
@@ -65,7 +66,7 @@ def learning_rate(s, num_examples: int, steps_per_update: int = 1):
     if s.lr_schedule == "constant":
         return s.learning_rate
     steps = s.epochs * sampling_rate_and_steps(num_examples, s.batch_size, s.sampling)[1]
-    return tf.keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=max(1, steps // steps_per_update))
+    return keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=max(1, steps // steps_per_update))
 
 
 def progress(s, message: str) -> None:
@@ -120,7 +121,7 @@ def on_sigint(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-class StopOnInterrupt(tf.keras.callbacks.Callback):
+class StopOnInterrupt(keras.callbacks.Callback):
     """Raises KeyboardInterrupt at the next batch end once Ctrl-C was pressed (`INTERRUPT`)."""
 
     def on_train_batch_end(self, batch, logs=None):

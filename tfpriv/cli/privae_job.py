@@ -13,6 +13,7 @@ from tfpriv.cli import pipeline
 from tfpriv.cli.job import Job, PrivateSettings
 from tfpriv.cli.pipeline import Built, need, progress
 from tfpriv.cli.tuning import FamilyTuning
+from tfpriv.compat import keras
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
@@ -139,7 +140,7 @@ class PriVAERun(pipeline.TrainingRun):
     def load(self):
         s = self.s
         if s.seed is not None:
-            tf.keras.utils.set_random_seed(s.seed)
+            keras.utils.set_random_seed(s.seed)
         if s.dataset == "pinwheel":
             return load_pinwheel(s.data_dir, seed=s.seed or 0, scale=check_scale(s.pinwheel_scale))
         return load_dataset(s.dataset, s.data_dir, seed=s.seed or 0, feature_scaling=self.feature_scaling)
@@ -152,7 +153,7 @@ class PriVAERun(pipeline.TrainingRun):
                           noise_multiplier=s.noise_multiplier, num_partitions=s.num_partitions,
                           max_batch_size=s.max_batch_size, clipping=s.clipping, clipped_sum=s.clipped_sum,
                           seed=s.seed)
-        optimizer = (tf.keras.optimizers.SGD if s.optimizer == "sgd" else tf.keras.optimizers.Adam)(
+        optimizer = (keras.optimizers.SGD if s.optimizer == "sgd" else keras.optimizers.Adam)(
             pipeline.learning_rate(s, len(data.x_train)))
         return Built(vae, data.x_train, optimizer, config, s.batch_size, s.epochs, s.sampling)
 

@@ -272,14 +272,14 @@ class FilterRun(pipeline.TrainingRun):
         return ds
 
     def build(self, data) -> Built:
-        import tensorflow as tf
+        from tfpriv.compat import keras
 
         from tfpriv.filter.architectures import LATENT_DIMS
         from tfpriv.filter.stage1 import build_stage1_vae
         from tfpriv.privacy.config import DPConfig
         s = self.s
         self.started = time.time()
-        tf.keras.utils.set_random_seed(self.seed)
+        keras.utils.set_random_seed(self.seed)
         vae = build_stage1_vae(data, s.latent_dim or LATENT_DIMS[s.dataset], s.beta, s.robust_decoder)
         # micro: per-example clip of the whole per-example ELBO (sensitivity 1); batch: the batch's
         # gradient clipped as one group (sensitivity 2). The robust-decoder term is per example (its
@@ -290,7 +290,7 @@ class FilterRun(pipeline.TrainingRun):
                           seed=s.seed)
         # A non-private stage 1 trains on shuffled fixed-size batches unless --sampling is given.
         sampling = s.sampling if config.private or "sampling" in s.given else "shuffle"
-        return Built(vae, np.asarray(data.x_train, np.float32), tf.keras.optimizers.Adam(s.vae_learning_rate), config,
+        return Built(vae, np.asarray(data.x_train, np.float32), keras.optimizers.Adam(s.vae_learning_rate), config,
                      s.vae_batch_size, s.vae_epochs, sampling)
 
     def planned(self, plan) -> None:

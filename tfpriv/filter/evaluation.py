@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.filter.architectures import build_classifier
 from tfpriv.metrics.classification import accuracy, auroc, knn_mutual_information
 
@@ -30,13 +31,13 @@ def mutual_information(codes: np.ndarray, labels: np.ndarray, max_points: int = 
     return knn_mutual_information(codes, labels)
 
 
-def train_classifier(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, epochs: int = 30,
-                     batch_size: int = 128, learning_rate: float = 1e-3, min_steps: int = 3000) -> tf.keras.Model:
+def train_classifier(model: keras.Model, x: np.ndarray, y: np.ndarray, epochs: int = 30,
+                     batch_size: int = 128, learning_rate: float = 1e-3, min_steps: int = 3000) -> keras.Model:
     """Adam on sparse cross-entropy, all epochs inside one compiled loop (shuffled, remainder dropped).
     Runs at least `min_steps` updates (more epochs on small data) so small sets are not undertrained."""
     x = tf.convert_to_tensor(np.asarray(x, np.float32))
     y = tf.convert_to_tensor(np.asarray(y), tf.int32)
-    opt = tf.keras.optimizers.Adam(learning_rate)
+    opt = keras.optimizers.Adam(learning_rate)
     opt.build(model.trainable_variables)
     bs = min(batch_size, int(x.shape[0]))
     epochs = max(int(epochs), -(-min_steps // max(int(x.shape[0]) // bs, 1)))
@@ -50,7 +51,7 @@ def train_classifier(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, epochs
                 idx = perm[s * bs:(s + 1) * bs]
                 with tf.GradientTape() as tape:
                     logits = model(tf.gather(x, idx), training=True)
-                    loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+                    loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
                         tf.gather(y, idx), logits, from_logits=True))
                 grads = tape.gradient(loss, model.trainable_variables)
                 opt.apply_gradients(zip(grads, model.trainable_variables))
@@ -58,7 +59,7 @@ def train_classifier(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, epochs
     return model
 
 
-def predict_proba(model: tf.keras.Model, x: np.ndarray) -> np.ndarray:
+def predict_proba(model: keras.Model, x: np.ndarray) -> np.ndarray:
     return tf.nn.softmax(model(tf.convert_to_tensor(np.asarray(x, np.float32)))).numpy()
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 
-class LinearFilter(tf.keras.layers.Layer):
+
+class LinearFilter(keras.layers.Layer):
     """Linear generative filter z̃ = z + W_w w + W_y onehot(y), w ~ N(0, I_noise_dim).
 
     `noise_matrix` (W_w, [D, noise_dim]) and `label_matrix` (W_y, [D, K]) are in the paper's
@@ -20,9 +22,9 @@ class LinearFilter(tf.keras.layers.Layer):
         std = init_scale / np.sqrt(self.latent_dim)
         # Row convention internally: z̃ = z + w @ Wn + e @ Wy.
         self.w_noise = self.add_weight(name="w_noise", shape=(self.noise_dim, self.latent_dim),
-                                       initializer=tf.keras.initializers.RandomNormal(stddev=std))
+                                       initializer=keras.initializers.RandomNormal(stddev=std))
         self.w_label = self.add_weight(name="w_label", shape=(self.num_private_classes, self.latent_dim),
-                                       initializer=tf.keras.initializers.RandomNormal(stddev=std))
+                                       initializer=keras.initializers.RandomNormal(stddev=std))
 
     @property
     def noise_matrix(self) -> np.ndarray:
@@ -38,7 +40,7 @@ class LinearFilter(tf.keras.layers.Layer):
         return z + tf.matmul(noise, self.w_noise) + tf.matmul(y_onehot, self.w_label)
 
 
-class MLPFilter(tf.keras.layers.Layer):
+class MLPFilter(keras.layers.Layer):
     """Nonlinear filter z̃ = z + g([z; w; onehot(y)]) with g one ELU hidden layer (paper footnote 2).
     Its release depends on z, so the linear filter's RDP formula does not apply to it."""
 
@@ -48,9 +50,9 @@ class MLPFilter(tf.keras.layers.Layer):
         self.latent_dim = int(latent_dim)
         self.num_private_classes = int(num_private_classes)
         self.noise_dim = int(noise_dim or latent_dim)
-        self.hidden = tf.keras.layers.Dense(hidden, activation="elu")
-        self.out = tf.keras.layers.Dense(self.latent_dim,
-                                         kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01))
+        self.hidden = keras.layers.Dense(hidden, activation="elu")
+        self.out = keras.layers.Dense(self.latent_dim,
+                                         kernel_initializer=keras.initializers.RandomNormal(stddev=0.01))
         self.hidden.build((None, self.latent_dim + self.noise_dim + self.num_private_classes))
         self.out.build((None, hidden))
 

@@ -25,15 +25,16 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.filter import divergence as div, rdp
 from tfpriv.filter.filters import LinearFilter
 
 
-class FilterGame(tf.keras.Model):
+class FilterGame(keras.Model):
     """Filter + adversary + utility classifier trained jointly on latent codes (z, y_private, u_utility)."""
 
-    def __init__(self, filter_layer, adversary: tf.keras.Model, utility: tf.keras.Model,
+    def __init__(self, filter_layer, adversary: keras.Model, utility: keras.Model,
                  precision: np.ndarray, num_private_classes: int, divergence: str = "kl",
                  budget: float = 1.0, utility_weight: float = 1.0, rho_init: float = 10.0,
                  rho_min: float = 2.0, rho_halve_every: int = 500, adversary_objective: str = "ce",
@@ -70,7 +71,7 @@ class FilterGame(tf.keras.Model):
         self.rho = tf.Variable(rho_init, trainable=False, dtype=tf.float32, name="rho")
         self.epochs_done = 0
         names = ("adversary_loss", "utility_loss", "filter_loss", "divergence", "penalty")
-        self.trackers = {n: tf.keras.metrics.Mean(name=n) for n in names}
+        self.trackers = {n: keras.metrics.Mean(name=n) for n in names}
 
     def compile(self, filter_optimizer, adversary_optimizer, utility_optimizer, **kwargs):
         super().compile(**kwargs)
@@ -95,7 +96,7 @@ class FilterGame(tf.keras.Model):
         y = tf.cast(y, tf.int32)
         u = tf.cast(u, tf.int32)
         onehot = tf.one_hot(y, self.num_private_classes)
-        ce = tf.keras.losses.sparse_categorical_crossentropy
+        ce = keras.losses.sparse_categorical_crossentropy
         adv_vars, util_vars = self.adversary.trainable_variables, self.utility.trainable_variables
         for i in range(self.adversary_steps):
             z_tilde = tf.stop_gradient(self.filter_layer(z, onehot))

@@ -12,8 +12,8 @@ import os
 from typing import Mapping
 
 import numpy as np
-import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.filter import baseline, divergence as div, evaluation, rdp
 from tfpriv.filter.architectures import build_classifier
 from tfpriv.filter.filters import LinearFilter, build_filter
@@ -49,7 +49,7 @@ class FilterConfig:
 def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, num_utility: int,
                  precision: np.ndarray, cfg: FilterConfig, log_every: int = 0, logger=None) -> FilterGame:
     """Runs the stage-2 game on codes z with private labels y and utility labels u."""
-    tf.keras.utils.set_random_seed(cfg.seed)
+    keras.utils.set_random_seed(cfg.seed)
     dim = z.shape[1]
     game = FilterGame(
         build_filter(cfg.filter_type, dim, num_private, cfg.noise_dim),
@@ -59,7 +59,7 @@ def train_filter(z: np.ndarray, y: np.ndarray, u: np.ndarray, num_private: int, 
         utility_weight=cfg.utility_weight, rho_init=cfg.rho_init,
         adversary_objective=cfg.adversary_objective, adversary_steps=cfg.adversary_steps,
         ema_decay=cfg.ema_decay, label_epsilon=cfg.label_epsilon, label_delta=cfg.rdp_delta)
-    opt = lambda: tf.keras.optimizers.Adam(cfg.learning_rate)  # noqa: E731
+    opt = lambda: keras.optimizers.Adam(cfg.learning_rate)  # noqa: E731
     game.compile(opt(), opt(), opt())
     game.history = game.fit_epochs(z, y, u, cfg.epochs, cfg.batch_size, log_every=log_every, logger=logger)
     game.use_averaged_filter()
@@ -70,7 +70,7 @@ def evaluate_codes(train_codes: np.ndarray, test_codes: np.ndarray, labels_train
                    labels_test: Mapping[str, np.ndarray], num_classes: Mapping[str, int],
                    cfg: FilterConfig) -> dict[str, float]:
     """Flat metrics: {role}_accuracy, {role}_auroc per label role, mutual_information (private, test codes)."""
-    tf.keras.utils.set_random_seed(cfg.seed + 1000)
+    keras.utils.set_random_seed(cfg.seed + 1000)
     per = evaluation.evaluate_release(train_codes, test_codes, labels_train, labels_test, num_classes,
                                       cfg.classifier_kind, cfg.eval_epochs, cfg.batch_size, cfg.learning_rate,
                                       cfg.eval_min_steps)

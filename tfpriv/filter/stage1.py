@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.filter.architectures import build_vae_networks, make_lipschitz_decoder_term
 from tfpriv.models.vae import VAE
@@ -94,7 +95,7 @@ def train_stage1(dataset, latent_dim: int | None = None, epochs: int = 10, batch
     `checkpoint_dir` receives fit_private's checkpoints/logs (a temporary folder if None);
     `sampling_seed` seeds the batch sampling and `DPConfig.seed` the noise (None: from the OS,
     as a real release needs)."""
-    tf.keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)
     if vae is None:
         vae = build_stage1_vae(dataset, latent_dim, beta, robust_decoder)
     if plan is None and dp is not None and dp.private:
@@ -110,14 +111,14 @@ def train_stage1(dataset, latent_dim: int | None = None, epochs: int = 10, batch
         ckpt = tempfile.mkdtemp(prefix="filter_stage1_") if owned else checkpoint_dir
         try:
             fit = fit_private(vae, np.asarray(dataset.x_train, np.float32), plan,
-                              tf.keras.optimizers.Adam(learning_rate), ckpt, seed=sampling_seed, verbose=verbose)
+                              keras.optimizers.Adam(learning_rate), ckpt, seed=sampling_seed, verbose=verbose)
         finally:
             if owned:
                 shutil.rmtree(ckpt, ignore_errors=True)
         losses, steps = fit["history"], fit["steps"]
         privacy = privacy_record(vae, plan, fit)
     else:
-        vae.compile(optimizer=tf.keras.optimizers.Adam(learning_rate), dp=dp)
+        vae.compile(optimizer=keras.optimizers.Adam(learning_rate), dp=dp)
         hist = vae.fit(np.asarray(dataset.x_train), batch_size=batch_size, epochs=epochs, verbose=0, shuffle=True)
         losses = {k: [float(v) for v in vals] for k, vals in hist.history.items()}
         steps = epochs * math.ceil(len(dataset.x_train) / batch_size)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 
-layers = tf.keras.layers
+layers = keras.layers
 IMAGE_SHAPE = (28, 28, 1)
 LEAK = 0.2
 KERNEL = 5
@@ -40,7 +41,7 @@ def generator_width(capacity: int, generator_capacity: int | None) -> int:
 
 
 def build_critic(capacity: int = 32, num_classes: int | None = None,
-                 image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> tf.keras.Model:
+                 image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> keras.Model:
     """Critic D(x) (or D(x, y) when num_classes is set): [B, H, W, C] (+ [B] int labels) -> [B]."""
     _check(capacity, num_classes)
     image = layers.Input(image_shape, name="image")
@@ -58,11 +59,11 @@ def build_critic(capacity: int = 32, num_classes: int | None = None,
     h = layers.Flatten(name="flatten")(h)
     out = layers.Dense(1, name="critic_value")(h)
     out = tf.squeeze(out, axis=-1)
-    return tf.keras.Model(inputs if len(inputs) > 1 else image, out, name="critic")
+    return keras.Model(inputs if len(inputs) > 1 else image, out, name="critic")
 
 
 def build_generator(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
-                    image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> tf.keras.Model:
+                    image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> keras.Model:
     """Generator G(z) (or G(z, y)): [B, latent] (+ [B] int labels) -> [B, 28, 28, 1] in (0, 1)."""
     _check(capacity, num_classes)
     if latent_size < 1:
@@ -86,4 +87,4 @@ def build_generator(capacity: int = 32, latent_size: int = 128, num_classes: int
     h = layers.ReLU()(h)
     h = layers.Conv2DTranspose(image_shape[2], KERNEL, strides=2, padding="same", name="deconv3")(h)  # 28x28
     out = layers.Activation("sigmoid", name="image")(h)
-    return tf.keras.Model(inputs if len(inputs) > 1 else z, out, name="generator")
+    return keras.Model(inputs if len(inputs) > 1 else z, out, name="generator")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.diversity import mode_seeking_loss, mode_seeking_ratio
 from tfpriv.privacy.config import DPConfig
@@ -37,7 +38,7 @@ class PrivateWGAN(DPModel):
 
     spec = TermSpec(sample=("wasserstein",))
 
-    def __init__(self, generator: tf.keras.Model, critic: tf.keras.Model, latent_size: int = 128,
+    def __init__(self, generator: keras.Model, critic: keras.Model, latent_size: int = 128,
                  num_classes: int | None = None, critic_steps: int = 1, generator_batch_size: int | None = None,
                  seed: int | None = None, diversity_weight: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -60,7 +61,7 @@ class PrivateWGAN(DPModel):
         return self.num_classes is not None
 
     # -- the DPModel contract ------------------------------------------------------------------
-    def compile(self, d_optimizer: tf.keras.optimizers.Optimizer, g_optimizer: tf.keras.optimizers.Optimizer,
+    def compile(self, d_optimizer: keras.optimizers.Optimizer, g_optimizer: keras.optimizers.Optimizer,
                 dp: DPConfig, **kwargs):
         """dp: the critic's privatization (aggregation="micro"; "none" for a non-private baseline).
         kwargs: num_examples, delta, max_epsilon (see `DPModel.compile`)."""
@@ -81,7 +82,7 @@ class PrivateWGAN(DPModel):
             object.__setattr__(self, "rng", stream_generator(self.seed, "loss"))
 
     @property
-    def d_optimizer(self) -> tf.keras.optimizers.Optimizer:
+    def d_optimizer(self) -> keras.optimizers.Optimizer:
         return self.optimizer
 
     def check_config(self, dp: DPConfig) -> None:

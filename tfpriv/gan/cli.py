@@ -170,14 +170,14 @@ class GanRun(pipeline.TrainingRun):
         return load_dataset(self.s.dataset, self.s.data_dir)
 
     def build(self, data) -> Built:
-        import tensorflow as tf
+        from tfpriv.compat import keras
 
         from tfpriv.gan import dpgan, wgan_gp
         from tfpriv.privacy.config import DPConfig
         s = self.s
         self.num_classes = int(data.num_classes.get("label", 10)) if s.conditional else None
         labels = data.labels_train["label"].astype(np.int32) if s.conditional else None
-        tf.keras.utils.set_random_seed(self.seed)
+        keras.utils.set_random_seed(self.seed)
         if s.model == "dpwgan_gp":
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
                                            seed=self.seed, generator_batch_size=s.batch_size,
@@ -321,10 +321,10 @@ def sample(settings: GanSettings, output_dir: str) -> dict:
     file, config = _resolve_generator(settings.generator_path or output_dir)
     n = settings.num_samples
     need("num_samples", n >= 1, ">= 1", n)
-    import tensorflow as tf
+    from tfpriv.compat import keras
 
     from tfpriv.gan import evaluation
-    generator = tf.keras.models.load_model(file, compile=False)
+    generator = keras.models.load_model(file, compile=False)
     images, labels = evaluation.generate_samples(generator, n, num_classes=config.get("num_classes"),
                                                  seed=settings.seed)
     arrays = {"images": images} if labels is None else {"images": images, "labels": labels}

@@ -20,6 +20,7 @@ import math
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.architectures import build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
@@ -85,10 +86,10 @@ def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | No
                  diversity_weight=diversity_weight, name="dpgan")
 
 
-def rmsprop(learning_rate: float | tf.keras.optimizers.schedules.LearningRateSchedule = LEARNING_RATE,
-            ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
+def rmsprop(learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = LEARNING_RATE,
+            ema: float = 0.0) -> keras.optimizers.Optimizer:
     """WGAN's optimizer; ema > 0 as in `tfpriv.gan.wgan_gp.dp_adam`."""
-    return tf.keras.optimizers.RMSprop(learning_rate, use_ema=ema > 0, ema_momentum=ema if ema > 0 else 0.99)
+    return keras.optimizers.RMSprop(learning_rate, use_ema=ema > 0, ema_momentum=ema if ema > 0 else 0.99)
 
 
 def xie_sigma_n(epsilon: float, q: float, critic_steps: int, delta: float) -> float:

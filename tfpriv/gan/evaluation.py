@@ -12,8 +12,8 @@ import os
 import time
 
 import numpy as np
-import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.metrics.generative import frechet_distance, inception_score
 from tfpriv.metrics.eval_classifier import classifier_outputs, compiled_classifier
@@ -42,7 +42,7 @@ def generate_samples(model, n: int, batch_size: int = 1000, num_classes: int | N
     return np.clip(np.concatenate(images), 0.0, 1.0).astype(np.float32), labels
 
 
-def sample_scores(classifier: tf.keras.Model, images: np.ndarray, reference_features: np.ndarray | None = None,
+def sample_scores(classifier: keras.Model, images: np.ndarray, reference_features: np.ndarray | None = None,
                   labels: np.ndarray | None = None) -> dict:
     """IS (mean, std over 10 splits), FD against reference features, and label agreement."""
     probs, features = classifier_outputs(classifier, images)

@@ -12,8 +12,8 @@ import os
 import time
 from typing import Callable
 
-import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.training.results import write_json
 
@@ -21,7 +21,7 @@ GENERATOR_FILE = "generator.keras"
 GAN_CONFIG_FILE = "gan.json"
 
 
-class Limit(tf.keras.callbacks.Callback):
+class Limit(keras.callbacks.Callback):
     """Stops training after `minutes` of wall time or at `max_steps` critic steps (checked every step)."""
 
     def __init__(self, minutes: float | None = None, max_steps: int | None = None):
@@ -45,7 +45,7 @@ class Limit(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class Monitor(tf.keras.callbacks.Callback):
+class Monitor(keras.callbacks.Callback):
     """Every `every` epochs (or `every_steps` critic steps): epsilon, wall time, the step's logs
     and `score_fn(model)` appended to `records` (and to the JSON file `path`)."""
 

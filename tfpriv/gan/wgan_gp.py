@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.architectures import build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
@@ -31,15 +32,15 @@ def default_learning_rate(batch_size: float) -> float:
     return float(batch_size) * LR_PER_EXAMPLE
 
 
-def dp_adam(learning_rate: float | tf.keras.optimizers.schedules.LearningRateSchedule,
-            ema: float = 0.0) -> tf.keras.optimizers.Optimizer:
+def dp_adam(learning_rate: float | keras.optimizers.schedules.LearningRateSchedule,
+            ema: float = 0.0) -> keras.optimizers.Optimizer:
     """Adam with 004's betas; applied to the privatized gradient it is DP-Adam.
 
     ema > 0 keeps an exponential moving average of the variables (for the generator: it is
     post-processing of the private critic, so it costs no privacy); apply it with
     `optimizer.finalize_variable_values(variables)`.
     """
-    return tf.keras.optimizers.Adam(learning_rate, beta_1=ADAM_BETAS[0], beta_2=ADAM_BETAS[1],
+    return keras.optimizers.Adam(learning_rate, beta_1=ADAM_BETAS[0], beta_2=ADAM_BETAS[1],
                                     use_ema=ema > 0, ema_momentum=ema if ema > 0 else 0.99)
 
 

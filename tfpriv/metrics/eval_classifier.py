@@ -33,6 +33,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import DataError, UsageError
 from tfpriv.training.results import write_json, write_results
 
@@ -73,10 +74,10 @@ def load_images(dataset: str, data_dir: str,
     return data.x_train, data.labels_train["label"], x_test, y_test
 
 
-def build_classifier() -> tf.keras.Model:
+def build_classifier() -> keras.Model:
     """Two 5x5 conv + pool blocks, a 256-unit feature layer, dropout, softmax over 10 classes."""
-    layers = tf.keras.layers
-    return tf.keras.Sequential([
+    layers = keras.layers
+    return keras.Sequential([
         layers.Input((28, 28, 1)),
         layers.Conv2D(32, 5, padding="same", activation="relu"),
         layers.MaxPooling2D(),
@@ -89,19 +90,19 @@ def build_classifier() -> tf.keras.Model:
     ], name="eval_classifier")
 
 
-def compiled_classifier(num_examples: int, epochs: int, batch_size: int, seed: int) -> tf.keras.Model:
+def compiled_classifier(num_examples: int, epochs: int, batch_size: int, seed: int) -> keras.Model:
     """A fresh, seeded classifier compiled with the project's recipe (Adam 1e-3, cosine decay)."""
-    tf.keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)
     model = build_classifier()
     steps = epochs * int(np.ceil(num_examples / batch_size))
-    lr = tf.keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=max(steps, 1), alpha=0.05)
-    model.compile(tf.keras.optimizers.Adam(lr), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    lr = keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=max(steps, 1), alpha=0.05)
+    model.compile(keras.optimizers.Adam(lr), "sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 
 
 def train_classifier(dataset: str, data_dir: str, epochs: int = DEFAULT_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
                      seed: int = 0, max_train_examples: Optional[int] = None,
-                     verbose: int = 0, split: str = "train") -> Tuple[tf.keras.Model, Dict]:
+                     verbose: int = 0, split: str = "train") -> Tuple[keras.Model, Dict]:
     """Trains the classifier on `split` with Adam (lr 1e-3, cosine decay); returns (model, info)."""
     x_train, y_train, x_test, y_test = load_images(dataset, data_dir, split)
     if max_train_examples is not None:
@@ -146,7 +147,7 @@ def _write_run_record(directory: pathlib.Path, info: Dict, batch_size: int) -> N
 
 def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None, epochs: int = DEFAULT_EPOCHS,
                          seed: int = 0, max_train_examples: Optional[int] = None,
-                         verbose: int = 0, split: str = "train") -> tf.keras.Model:
+                         verbose: int = 0, split: str = "train") -> keras.Model:
     """The shipped classifier for the default settings (split "train"), else the cached one for these
     settings (fitted on `split`), training and caching it on first use.
 
@@ -163,7 +164,7 @@ def get_classifier(dataset: str, data_dir: str, cache_dir: Optional[str] = None,
     model_path = cached_model_path(dataset, cache_dir, epochs, seed, max_train_examples, split)
     directory, root = model_path.parent, model_path.parent.parent
     if model_path.is_file():
-        return tf.keras.models.load_model(model_path, compile=False)
+        return keras.models.load_model(model_path, compile=False)
     model, info = train_classifier(dataset, data_dir, epochs=epochs, seed=seed,
                                    max_train_examples=max_train_examples, verbose=verbose, split=split)
     tmp = root / (directory.name + f".tmp{os.getpid()}")
@@ -183,7 +184,7 @@ def shipped_paths(dataset: str, directory: Optional[pathlib.Path] = None) -> Tup
     """(weights, training record) of the dataset's shipped classifier.
 
     The weights are Keras' legacy HDF5 format (not `.weights.h5`): it holds the layers' weights
-    only and loads them by layer order, so tf.keras 2.15 and tf_keras 2.21 both read it whatever
+    only and loads them by layer order, so keras 2.15 and tf_keras 2.21 both read it whatever
     names the layers got in the loading process.
     """
     _check_dataset(dataset)
@@ -206,7 +207,7 @@ def shipped_info(dataset: str, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
 
 
 def shipped_classifier(dataset: str, epochs: int = DEFAULT_EPOCHS, seed: int = 0,
-                       max_train_examples: Optional[int] = None, split: str = "train") -> Optional[tf.keras.Model]:
+                       max_train_examples: Optional[int] = None, split: str = "train") -> Optional[keras.Model]:
     """The shipped classifier for these settings, or None (other settings, or not shipped)."""
     if shipped_info(dataset, epochs, seed, max_train_examples, split) is None:
         return None
@@ -248,7 +249,7 @@ def load_info(dataset: str, cache_dir: Optional[str] = None, epochs: int = DEFAU
     return json.loads(path.read_text())
 
 
-def classifier_outputs(model: tf.keras.Model, images: np.ndarray,
+def classifier_outputs(model: keras.Model, images: np.ndarray,
                        batch_size: int = 1000) -> Tuple[np.ndarray, np.ndarray]:
     """(probs [n, 10], features [n, d]) for images [n, 28, 28, 1] with values in [0, 1].
 
@@ -262,7 +263,7 @@ def classifier_outputs(model: tf.keras.Model, images: np.ndarray,
         raise UsageError(f"images: expected shape [n, 28, 28, 1], got {np.shape(images)}")
     if x.size and (x.min() < 0.0 or x.max() > 1.0):
         raise UsageError(f"images: expected values in [0, 1], got range [{x.min():.3g}, {x.max():.3g}]")
-    both = tf.keras.Model(model.inputs, [model.output, model.layers[-1].input])
+    both = keras.Model(model.inputs, [model.output, model.layers[-1].input])
     probs, features = both.predict(x, batch_size=batch_size, verbose=0)
     return probs.astype(np.float64), features.astype(np.float64)
 

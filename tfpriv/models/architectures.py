@@ -11,56 +11,57 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 
-L = tf.keras.layers
+L = keras.layers
 CONV_ENCODER_UNITS = 256
 
 
-def conv_encoder_28(latent_dim: int = 50, input_shape=(28, 28, 1), units: int = CONV_ENCODER_UNITS) -> tf.keras.Model:
+def conv_encoder_28(latent_dim: int = 50, input_shape=(28, 28, 1), units: int = CONV_ENCODER_UNITS) -> keras.Model:
     """Conv encoder for 28x28 images, in the style of Mathieu et al. 2019's Fashion-MNIST net
     (strided 4x4 convolutions, one hidden FC layer of `units`). That layer holds most of the weights
     (3136 x 256 of 862,148 at latent_dim 50), so `units` sets the norm of the DP noise on the encoder."""
-    x = tf.keras.Input(input_shape)
+    x = keras.Input(input_shape)
     h = L.Conv2D(32, 4, strides=2, padding="same", activation="relu")(x)     # 14x14
     h = L.Conv2D(64, 4, strides=2, padding="same", activation="relu")(h)     # 7x7
     h = L.Flatten()(h)
     h = L.Dense(units, activation="relu")(h)
-    return tf.keras.Model(x, L.Dense(2 * latent_dim)(h), name="conv_encoder")
+    return keras.Model(x, L.Dense(2 * latent_dim)(h), name="conv_encoder")
 
 
-def conv_decoder_28(latent_dim: int = 50, channels: int = 1) -> tf.keras.Model:
-    z = tf.keras.Input([latent_dim])
+def conv_decoder_28(latent_dim: int = 50, channels: int = 1) -> keras.Model:
+    z = keras.Input([latent_dim])
     h = L.Dense(256, activation="relu")(z)
     h = L.Dense(7 * 7 * 64, activation="relu")(h)
     h = L.Reshape([7, 7, 64])(h)
     h = L.Conv2DTranspose(32, 4, strides=2, padding="same", activation="relu")(h)   # 14x14
     out = L.Conv2DTranspose(channels, 4, strides=2, padding="same")(h)               # 28x28 logits
-    return tf.keras.Model(z, out, name="conv_decoder")
+    return keras.Model(z, out, name="conv_decoder")
 
 
 def mlp_encoder(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int] = (256, 128),
-                activation: str = "relu") -> tf.keras.Model:
-    x = tf.keras.Input(tuple(input_shape))
+                activation: str = "relu") -> keras.Model:
+    x = keras.Input(tuple(input_shape))
     h = L.Flatten()(x) if len(input_shape) > 1 else x
     for width in hidden:
         h = L.Dense(width, activation=activation)(h)
-    return tf.keras.Model(x, L.Dense(2 * latent_dim)(h), name="mlp_encoder")
+    return keras.Model(x, L.Dense(2 * latent_dim)(h), name="mlp_encoder")
 
 
 def mlp_decoder(latent_dim: int, output_shape: Sequence[int], hidden: Sequence[int] = (128, 256),
-                activation: str = "relu") -> tf.keras.Model:
-    z = tf.keras.Input([latent_dim])
+                activation: str = "relu") -> keras.Model:
+    z = keras.Input([latent_dim])
     h = z
     for width in hidden:
         h = L.Dense(width, activation=activation)(h)
     out = L.Dense(int(np.prod(output_shape)))(h)
     if len(output_shape) > 1:
         out = L.Reshape(tuple(output_shape))(out)
-    return tf.keras.Model(z, out, name="mlp_decoder")
+    return keras.Model(z, out, name="mlp_decoder")
 
 
-@tf.keras.utils.register_keras_serializable(package="tfpriv")
+@keras.utils.register_keras_serializable(package="tfpriv")
 class Shift(L.Layer):
     """Adds a fixed vector (no trainable variables): places the origin of a pinwheel net at `offset`."""
 
@@ -75,7 +76,7 @@ class Shift(L.Layer):
         return {**super().get_config(), "offset": self.offset}
 
 
-@tf.keras.utils.register_keras_serializable(package="tfpriv")
+@keras.utils.register_keras_serializable(package="tfpriv")
 class FixedStd(L.Layer):
     """Posterior means [B, D] -> mean ‖ log-variance [B, 2D] with every std fixed at `std` (no variables)."""
 
@@ -94,7 +95,7 @@ PINWHEEL_ANCHORS = ("none", "decoder", "both", "odd")
 
 
 def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[int], anchor: str = "none",
-                  centre=None, posterior_std: float | None = None) -> tuple[tf.keras.Model, tf.keras.Model]:
+                  centre=None, posterior_std: float | None = None) -> tuple[keras.Model, keras.Model]:
     """Tanh FC encoder/decoder for 2-D points, the decoder mirroring the encoder's widths.
 
     Default (`anchor` none, no `posterior_std`): `mlp_encoder`/`mlp_decoder` with tanh units.
@@ -115,23 +116,23 @@ def pinwheel_nets(input_shape: Sequence[int], latent_dim: int, hidden: Sequence[
         return (mlp_encoder(input_shape, latent_dim, hidden=hidden, activation="tanh"),
                 mlp_decoder(latent_dim, input_shape, hidden=hidden[::-1], activation="tanh"))
     enc_bias, dec_bias = anchor not in ("both", "odd"), anchor == "none"
-    x = tf.keras.Input(tuple(input_shape))
+    x = keras.Input(tuple(input_shape))
     h = L.Flatten()(x) if len(input_shape) > 1 else x
     for width in hidden:
         h = L.Dense(width, activation="tanh", use_bias=enc_bias)(h)
-    start = "zeros" if anchor == "none" else tf.keras.initializers.Constant([float(c) for c in centre])
+    start = "zeros" if anchor == "none" else keras.initializers.Constant([float(c) for c in centre])
     mean = L.Dense(latent_dim, use_bias=anchor != "both", bias_initializer=start)(h)
     if anchor == "both":
         mean = Shift(centre)(mean)
     out = FixedStd(posterior_std)(mean) if posterior_std is not None else L.Concatenate()([mean, L.Dense(latent_dim)(h)])
-    z = tf.keras.Input([latent_dim])
+    z = keras.Input([latent_dim])
     h = z if dec_bias else Shift([-float(c) for c in centre])(z)
     for width in hidden[::-1]:
         h = L.Dense(width, activation="tanh", use_bias=dec_bias)(h)
     x_out = L.Dense(int(np.prod(input_shape)))(h)
     if len(input_shape) > 1:
         x_out = L.Reshape(tuple(input_shape))(x_out)
-    return tf.keras.Model(x, out, name="pinwheel_encoder"), tf.keras.Model(z, x_out, name="pinwheel_decoder")
+    return keras.Model(x, out, name="pinwheel_encoder"), keras.Model(z, x_out, name="pinwheel_decoder")
 
 
 ARCHITECTURES = ("conv", "mlp", "pinwheel")
@@ -160,7 +161,7 @@ def parse_hidden(spec) -> tuple[int, ...]:
 
 def build_architecture(name: str, input_shape: Sequence[int], latent_dim: int, pinwheel_hidden=PINWHEEL_HIDDEN,
                        pinwheel_anchor: str = "none", pinwheel_centre=None, pinwheel_posterior_std: float | None = None,
-                       conv_encoder_units: int = CONV_ENCODER_UNITS) -> tuple[tf.keras.Model, tf.keras.Model]:
+                       conv_encoder_units: int = CONV_ENCODER_UNITS) -> tuple[keras.Model, keras.Model]:
     """(encoder, decoder) by name: `conv` (28x28 images; `conv_encoder_units` is the encoder's
     hidden FC width), `mlp` (anything), `pinwheel` (small
     tanh FC nets, `pinwheel_nets`; `pinwheel_hidden` are the encoder's hidden widths, mirrored in

@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.models.divergences import Divergence, divergence_from_config
 from tfpriv.models.likelihoods import get_likelihood, mean_of
@@ -48,7 +49,7 @@ class VAE(DPModel):
       extra_sample_terms: name -> f(vae, x, z [B, D]) -> [B], more per-example terms.
     """
 
-    def __init__(self, encoder: tf.keras.Model, decoder: tf.keras.Model, prior: Prior | None = None,
+    def __init__(self, encoder: keras.Model, decoder: keras.Model, prior: Prior | None = None,
                  likelihood: str = "bernoulli", beta: float = 1.0, alpha: float = 0.0,
                  regularizer: Divergence | None = None, num_samples: int = 1, obs_std: float = 1.0,
                  obs_scale: float = 0.1,
@@ -152,8 +153,8 @@ def load_vae(path: str) -> VAE:
     """Inverse of `VAE.save_vae` (extra sample terms are training-only and not restored)."""
     with open(os.path.join(path, "vae.json")) as f:
         config = json.load(f)
-    encoder = tf.keras.models.load_model(os.path.join(path, "encoder.keras"), compile=False)
-    decoder = tf.keras.models.load_model(os.path.join(path, "decoder.keras"), compile=False)
+    encoder = keras.models.load_model(os.path.join(path, "encoder.keras"), compile=False)
+    decoder = keras.models.load_model(os.path.join(path, "decoder.keras"), compile=False)
     return VAE(encoder, decoder, prior=prior_from_config(config["prior"]), likelihood=config["likelihood"],
                beta=config["beta"], alpha=config["alpha"], regularizer=divergence_from_config(config["regularizer"]),
                num_samples=config["num_samples"], obs_std=config["obs_std"],

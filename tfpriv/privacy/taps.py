@@ -17,13 +17,14 @@ from typing import Iterable, Sequence
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy import rules
 
-Layer = tf.keras.layers.Layer
+Layer = keras.layers.Layer
 # Layers tracked as one unit with all their sublayers' variables: an RNN calls its cell inside a
 # while_loop, where a cell call cannot be tapped (its gradient is not a tensor of the step's graph).
-UNITS = (tf.keras.layers.RNN, tf.keras.layers.Bidirectional)
+UNITS = (keras.layers.RNN, keras.layers.Bidirectional)
 
 
 def leaf_layers(roots: Sequence[tf.Module]) -> list[Layer]:

@@ -6,10 +6,11 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.accounting import PrivacyLedger, epsilon_for, max_steps_within
 
 
-class PrivacyCallback(tf.keras.callbacks.Callback):
+class PrivacyCallback(keras.callbacks.Callback):
     """Adds `epsilon` to each epoch's logs and stops before a step would exceed `max_epsilon`.
 
     Put it before TensorBoard/CSV callbacks so they see the epsilon it adds.
@@ -81,7 +82,7 @@ class BudgetExhausted(Exception):
     """Raised if training would start a step after the privacy budget was reached."""
 
 
-class CheckpointCallback(tf.keras.callbacks.Callback):
+class CheckpointCallback(keras.callbacks.Callback):
     """Saves model, optimizer, privacy ledger and noise RNG state at the end of every epoch."""
 
     def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable):
@@ -93,7 +94,7 @@ class CheckpointCallback(tf.keras.callbacks.Callback):
         self.manager.save(checkpoint_number=epoch + 1)
 
 
-class StepProgressBar(tf.keras.callbacks.ProgbarLogger):
+class StepProgressBar(keras.callbacks.ProgbarLogger):
     """Keras' progress bar in steps, except that an epoch stopped early (a step or time limit, the
     privacy budget) ends at the steps it took (`20/20`), not at a full epoch's (`59/59`).
 

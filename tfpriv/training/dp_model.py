@@ -22,6 +22,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.data.sampling import make_dataset, new_sampling_seed
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import PrivacyLedger, make_accountant
@@ -40,7 +41,7 @@ def default_delta(num_examples: int) -> float:
     return min(delta, 1e-5)
 
 
-class DPModel(tf.keras.Model):
+class DPModel(keras.Model):
     """Base class for models trained through `tfpriv.privacy`."""
 
     def __init__(self, *args, **kwargs):
@@ -180,9 +181,9 @@ class DPModel(tf.keras.Model):
                 engine.verify(self.loss_fn, inputs)
         for generator, state in streams:
             generator.state.assign(state)
-        self._trackers.update({name: tf.keras.metrics.Mean(name=name) for name in self.metric_names()})
+        self._trackers.update({name: keras.metrics.Mean(name=name) for name in self.metric_names()})
         if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
-            self._trackers["dropped"] = tf.keras.metrics.Sum(name="dropped")
+            self._trackers["dropped"] = keras.metrics.Sum(name="dropped")
         return engine
 
     def build_extra(self, sample_batch) -> None:
@@ -225,9 +226,9 @@ class DPModel(tf.keras.Model):
         if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
             callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.sampling_rate,
                                                 self.effective_noise_multiplier, self.max_epsilon, self.accountant))
-        if verbose != 0 and not any(isinstance(c, tf.keras.callbacks.ProgbarLogger) for c in callbacks):
+        if verbose != 0 and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
             # After the privacy callback, so the progress bar's epoch line shows epsilon.
-            callbacks.append(tf.keras.callbacks.ProgbarLogger(count_mode="steps"))
+            callbacks.append(keras.callbacks.ProgbarLogger(count_mode="steps"))
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
                            steps_per_epoch=steps_per_epoch, **kwargs)
 

@@ -11,18 +11,18 @@ multiple of 32, the largest divisor of C below 32 (GroupNormalization needs C di
 number of groups; C = 3 gives 3 groups of one channel, a prime C > 32 one group: layer
 normalisation over the channels).
 
-A frozen BatchNormalization (`trainable=False`) runs in inference mode in tf.keras, normalising
+A frozen BatchNormalization (`trainable=False`) runs in inference mode in keras, normalising
 with its fixed moving statistics and updating nothing, so it is per-example and left as it is.
 """
 from __future__ import annotations
 
-import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.taps import require_layer_owned
 
 MAX_GROUPS = 32
-Layer = tf.keras.layers.Layer
+Layer = keras.layers.Layer
 
 
 def groups_for(channels: int) -> int:
@@ -36,16 +36,16 @@ def _layers(model: Layer) -> list[Layer]:
 
 def _problem(layer: Layer) -> str | None:
     """Why `layer` cannot be trained with per-example clipping, or None."""
-    if isinstance(layer, tf.keras.layers.BatchNormalization) and layer.trainable:
+    if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
         return ("BatchNormalization mixes the examples of a batch (batch statistics) and updates its moving "
                 "statistics from them; replace it by GroupNormalization (tfpriv.fix_model does so in Sequential "
                 "and functional models)")
-    if not isinstance(layer, tf.keras.Model) and getattr(layer, "stateful", False) is True:
+    if not isinstance(layer, keras.Model) and getattr(layer, "stateful", False) is True:
         return "stateful=True carries one batch's examples into the next batches' gradients; use stateful=False"
     return None
 
 
-def validate_model(model: tf.keras.Model) -> list[str]:
+def validate_model(model: keras.Model) -> list[str]:
     """The reasons `model` cannot be trained with per-example clipping, one per problem, each naming
     its layer (empty: none found). The engine's first-batch check (`DPGradientEngine.verify`)
     remains the final word: it also catches what no layer type reveals (e.g. a loss mixing examples)."""
@@ -57,7 +57,7 @@ def validate_model(model: tf.keras.Model) -> list[str]:
     return problems
 
 
-def _group_norm(bn: tf.keras.layers.BatchNormalization) -> Layer:
+def _group_norm(bn: keras.layers.BatchNormalization) -> Layer:
     """A GroupNormalization with `bn`'s axis, epsilon, centring, scaling, initializers, regularizers,
     constraints and dtype; its weights are fresh (gamma = 1, beta = 0 with the default initializers)."""
     config = bn.get_config()
@@ -68,29 +68,29 @@ def _group_norm(bn: tf.keras.layers.BatchNormalization) -> Layer:
     channels = int(bn.moving_mean.shape[0])
     keys = ("epsilon", "center", "scale", "beta_initializer", "gamma_initializer", "beta_regularizer",
             "gamma_regularizer", "beta_constraint", "gamma_constraint", "dtype")
-    return tf.keras.layers.GroupNormalization(groups=groups_for(channels), axis=axis, name=f"{bn.name}_group_norm",
+    return keras.layers.GroupNormalization(groups=groups_for(channels), axis=axis, name=f"{bn.name}_group_norm",
                                               **{k: config[k] for k in keys})
 
 
-def _clone(model: tf.keras.Model, copies: list[tuple[Layer, Layer]]) -> tf.keras.Model:
+def _clone(model: keras.Model, copies: list[tuple[Layer, Layer]]) -> keras.Model:
     """`model` rebuilt with trainable BatchNormalization replaced (nested Sequential/functional models
     too); every other layer is a fresh copy whose weights are copied from its original afterwards."""
 
     def clone_layer(layer: Layer) -> Layer:
-        if isinstance(layer, tf.keras.layers.BatchNormalization) and layer.trainable:
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
             new = _group_norm(layer)
             if new is not layer:
                 return new
-        if isinstance(layer, tf.keras.Sequential) or getattr(layer, "_is_graph_network", False):
+        if isinstance(layer, keras.Sequential) or getattr(layer, "_is_graph_network", False):
             return _clone(layer, copies)
         new = layer.__class__.from_config(layer.get_config())
         copies.append((layer, new))
         return new
 
-    return tf.keras.models.clone_model(model, clone_function=clone_layer)
+    return keras.models.clone_model(model, clone_function=clone_layer)
 
 
-def fix_model(model: tf.keras.Model) -> tf.keras.Model:
+def fix_model(model: keras.Model) -> keras.Model:
     """An equivalent Sequential or functional model with every trainable BatchNormalization replaced
     by a GroupNormalization (groups: see the module docstring); raises ConfigError listing, one per
     layer, whatever else `validate_model` finds.
@@ -100,9 +100,9 @@ def fix_model(model: tf.keras.Model) -> tf.keras.Model:
     layer keeps its weights (copied: training the fixed model leaves `model` as it was). `model`
     itself is returned when it has nothing to replace.
     """
-    if not any(isinstance(layer, tf.keras.layers.BatchNormalization) and layer.trainable for layer in _layers(model)):
+    if not any(isinstance(layer, keras.layers.BatchNormalization) and layer.trainable for layer in _layers(model)):
         fixed = model
-    elif not (isinstance(model, tf.keras.Sequential) or getattr(model, "_is_graph_network", False)):
+    elif not (isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)):
         fixed = model  # subclassed: Keras cannot rebuild it; validate_model reports its BatchNormalization
     else:
         copies: list[tuple[Layer, Layer]] = []

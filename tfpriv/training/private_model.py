@@ -7,7 +7,7 @@
     history = dp_model.fit(x_train, y_train, epochs=2)    # history.history["epsilon"]
     dp_model.save("m.keras")                              # saves keras_model itself
 
-`loss` is a Keras loss name, a `tf.keras.losses.Loss` (any reduction: a copy with reduction NONE
+`loss` is a Keras loss name, a `keras.losses.Loss` (any reduction: a copy with reduction NONE
 is used) or a function `(y_true, y_pred)` returning one value per example. Out-of-range class
 labels are dropped like non-finite examples (`class_labels`; docs/privacy.md, "Non-finite and
 extreme examples"). The wrapped model's loss is one sample-wise term, so each example's gradient
@@ -22,6 +22,7 @@ from typing import Callable, Union
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import finite_examples
@@ -29,13 +30,13 @@ from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
-LossLike = Union[PerExampleLoss, str, tf.keras.losses.Loss]
+LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
 
 
 class PrivateModel(DPModel):
     """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y)."""
 
-    def __init__(self, model: tf.keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
+    def __init__(self, model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", f"private_{model.name}"), **kwargs)
         self.model = model
@@ -113,32 +114,32 @@ class PrivateModel(DPModel):
         return tf.nest.map_structure(lambda t: tf.boolean_mask(t, ok), (y, y_pred))
 
     def save(self, filepath, *args, **kwargs):
-        """Saves the wrapped Keras model (what was trained; `tf.keras.models.load_model` reads it)."""
+        """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it)."""
         return self.model.save(filepath, *args, **kwargs)
 
 
 def per_example_loss(loss: LossLike) -> tuple[PerExampleLoss, bool]:
     """(a function of (y_true, y_pred) with one value per example, whether it is sparse categorical).
 
-    `loss`: a Keras loss name ("sparse_categorical_crossentropy"), a `tf.keras.losses.Loss`
+    `loss`: a Keras loss name ("sparse_categorical_crossentropy"), a `keras.losses.Loss`
     with any reduction (used through a copy with reduction NONE: DP-SGD clips each example's
     gradient, so it needs each example's loss), or a function.
     """
     if isinstance(loss, str):
         try:
-            loss = tf.keras.losses.get(loss)
+            loss = keras.losses.get(loss)
         except ValueError:
             raise ConfigError(f"loss: {loss!r} is not a Keras loss name") from None
-    if isinstance(loss, tf.keras.losses.Loss):
-        sparse = isinstance(loss, tf.keras.losses.SparseCategoricalCrossentropy)
-        if loss.reduction != tf.keras.losses.Reduction.NONE:
+    if isinstance(loss, keras.losses.Loss):
+        sparse = isinstance(loss, keras.losses.SparseCategoricalCrossentropy)
+        if loss.reduction != keras.losses.Reduction.NONE:
             loss = copy.copy(loss)
-            loss.reduction = tf.keras.losses.Reduction.NONE
+            loss.reduction = keras.losses.Reduction.NONE
         return loss, sparse
     if not callable(loss):
-        raise ConfigError(f"loss: expected a Keras loss name, a tf.keras.losses.Loss or a function, "
+        raise ConfigError(f"loss: expected a Keras loss name, a keras.losses.Loss or a function, "
                           f"got {type(loss).__name__}")
-    return loss, loss is tf.keras.losses.sparse_categorical_crossentropy
+    return loss, loss is keras.losses.sparse_categorical_crossentropy
 
 
 def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[tf.Tensor, tf.Tensor | None]:
@@ -163,7 +164,7 @@ def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[
     return tf.where(in_range, y, tf.zeros_like(y)), valid
 
 
-def embedding_ids(model: tf.keras.Model, x) -> tuple[object, tf.Tensor | None]:
+def embedding_ids(model: keras.Model, x) -> tuple[object, tf.Tensor | None]:
     """(x with out-of-range token ids set to 0, valid [B] bool), or (x, None) when no input of
     `model` is read directly by an Embedding.
 
@@ -187,10 +188,10 @@ def embedding_ids(model: tf.keras.Model, x) -> tuple[object, tf.Tensor | None]:
     return tf.nest.pack_sequence_as(x, flat), valid
 
 
-def _embedding_bounds(model: tf.keras.Model) -> dict[int, int]:
+def _embedding_bounds(model: keras.Model) -> dict[int, int]:
     """Position of a model input -> the smallest input_dim of the Embedding layers reading it directly."""
-    embedding = tf.keras.layers.Embedding
-    if isinstance(model, tf.keras.Sequential):
+    embedding = keras.layers.Embedding
+    if isinstance(model, keras.Sequential):
         first = model.layers[0] if model.layers else None
         return {0: first.input_dim} if isinstance(first, embedding) else {}
     inputs, bounds = list(getattr(model, "inputs", None) or []), {}
@@ -216,13 +217,13 @@ def _unpack(data):
 def _per_example(values: tf.Tensor) -> tf.Tensor:
     if values.shape.rank == 0:
         raise ConfigError("loss: must return one value per example (shape [B]); use a Keras loss with "
-                          "reduction=tf.keras.losses.Reduction.NONE")
+                          "reduction=keras.losses.Reduction.NONE")
     if values.shape.rank > 1:
         values = tf.reduce_mean(tf.reshape(values, [tf.shape(values)[0], -1]), axis=1)
     return values
 
 
-def make_private(model: tf.keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
+def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  batch_size: int, delta: float | None = None, max_epsilon: float | None = None,
                  target_epsilon: float | None = None, epochs: int | None = None) -> PrivateModel:
     """Wraps `model` for DP-SGD with `config` at expected batch size `batch_size` over `num_examples`.

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
@@ -168,9 +169,9 @@ def batch_terms_reach(engine) -> dict | None:
 
 
 def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
-                optimizer: tf.keras.optimizers.Optimizer | Sequence[tf.keras.optimizers.Optimizer],
+                optimizer: keras.optimizers.Optimizer | Sequence[keras.optimizers.Optimizer],
                 output_dir: str, seed: int | None = None, verbose: int = 2,
-                extra_callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> dict:
+                extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:
     """Compiles and fits any `DPModel` under `plan`; resumes from `output_dir/checkpoints` if present.
 
     `arrays`: the training data (an array or a tuple of arrays with one row per example).
@@ -206,7 +207,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
                if plan.config.private else None)
     callbacks = ([privacy] if privacy else []) + [
         CheckpointCallback(manager, state.epoch),
-        tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
+        keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
         *extra_callbacks,
     ]
     initial_epoch = int(state.epoch.numpy())

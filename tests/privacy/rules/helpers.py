@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from tests.privacy import reference as ref
+from tfpriv.compat import keras
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
@@ -13,20 +14,20 @@ SPEC = TermSpec(sample=("phi",))
 WITH_BATCH = TermSpec(sample=("phi",), batch=("psi",))
 
 
-def check_rule(layer: tf.keras.layers.Layer, x: np.ndarray, rule_name: str, clip: float = 0.5,
+def check_rule(layer: keras.layers.Layer, x: np.ndarray, rule_name: str, clip: float = 0.5,
                batch_terms: bool = False) -> None:
     """Asserts `layer` gets `rule_name` and that the engine's clipped sum equals the naive loop.
 
     Integer `x` (token ids) is passed as int32. `batch_terms`: also a batch-wise term, checked
     term-wise (per-partition norms and sums) and in micro mode (each example with the batch's term).
     """
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
-    model = tf.keras.Sequential([tf.keras.Input(x.shape[1:], dtype=dtype), layer])
+    model = keras.Sequential([keras.Input(x.shape[1:], dtype=dtype), layer])
     check_model(model, x, {layer.name: rule_name}, clip, batch_terms)
 
 
-def check_model(model: tf.keras.Model, x: np.ndarray, rule_names: dict[str, str], clip: float = 0.5,
+def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], clip: float = 0.5,
                 batch_terms: bool = False) -> None:
     """`check_rule` for a whole model: rule_names maps layer names to the rules they must get."""
     dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
@@ -80,13 +81,13 @@ def check_termwise(variables, model, loss_fn, x: tf.Tensor, clip: float, clipped
                                rtol=1e-4, atol=1e-6)
 
 
-def check_make_private(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray, rule_names: dict[str, str]) -> None:
+def check_make_private(keras_model: keras.Model, x: np.ndarray, y: np.ndarray, rule_names: dict[str, str]) -> None:
     """`make_private` + `fit` trains `keras_model` on the fast path and reports ε.
 
     rule_names: layer name -> the rule its variables must get (not the per-layer fallback).
     """
     import tfpriv
-    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
     batch = 16
     dp_model = tfpriv.make_private(keras_model, loss=loss,
                                    config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0),

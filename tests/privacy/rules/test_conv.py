@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules import Conv2DRule, Tap
 from tfpriv.privacy.rules.conv import ONE_HOT_CONV_MAX_DEPTH, patches
 
@@ -19,7 +20,7 @@ def test_patches_by_one_hot_convolution_equal_extract_patches(channels, strides,
 
 
 def test_kernel_sum_masks_dropped_rows_even_when_they_hold_nan():
-    layer = tf.keras.layers.Conv2D(4, 3, strides=2, padding="same")
+    layer = keras.layers.Conv2D(4, 3, strides=2, padding="same")
     x = np.random.default_rng(1).normal(size=[3, 6, 6, 2]).astype(np.float32)
     layer(x)
     x[1, 2, 2, 0] = np.nan

@@ -5,10 +5,11 @@ import pytest
 import tensorflow as tf
 
 from tests.privacy.rules.helpers import check_make_private, check_model, check_rule
+from tfpriv.compat import keras
 from tfpriv.privacy import rules
 from tfpriv.privacy.rules.einsum_dense import split_equation
 
-L = tf.keras.layers
+L = keras.layers
 
 
 @pytest.mark.parametrize("equation,output_shape,bias_axes,shape", [
@@ -35,10 +36,10 @@ def test_other_equations_are_refused(equation):
     assert not rules.EinsumDenseRule().supports(layer)
 
 
-def transformer_block(vocab: int, length: int, mask_zero: bool = False) -> tuple[tf.keras.Model, dict[str, str]]:
+def transformer_block(vocab: int, length: int, mask_zero: bool = False) -> tuple[keras.Model, dict[str, str]]:
     """Embedding -> self-attention (padding-masked if mask_zero) + residual -> LayerNorm -> pooled Dense,
     and the rule each layer must get."""
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     tokens = L.Input([length], dtype=tf.int32)
     h = L.Embedding(vocab, 8, mask_zero=mask_zero, name="emb")(tokens)
     attention = L.MultiHeadAttention(num_heads=2, key_dim=4, name="mha")
@@ -46,7 +47,7 @@ def transformer_block(vocab: int, length: int, mask_zero: bool = False) -> tuple
     out = L.Dense(2, name="out")(L.GlobalAveragePooling1D()(h))
     parts = {sub.name: "einsum_dense" for sub in (attention._query_dense, attention._key_dense,
                                                   attention._value_dense, attention._output_dense)}
-    return tf.keras.Model(tokens, out), {"emb": "embedding", "norm": "layer_normalization", "out": "dense", **parts}
+    return keras.Model(tokens, out), {"emb": "embedding", "norm": "layer_normalization", "out": "dense", **parts}
 
 
 @pytest.mark.parametrize("mask_zero", [False, True], ids=["unmasked", "padding-masked"])

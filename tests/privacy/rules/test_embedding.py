@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tests.privacy import reference as ref
 from tests.privacy.rules.helpers import SPEC, check_make_private, check_rule
+from tfpriv.compat import keras
 from tfpriv.privacy.clipping import _row_sparse_sq_norms
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
@@ -24,19 +25,19 @@ def test_row_sparse_norms_sum_the_values_of_repeated_indices():
                          ids=["repeats", "rank3", "one-token"])
 def test_embedding(shape, vocab):
     ids = np.random.default_rng(1).integers(0, vocab, size=shape)
-    check_rule(tf.keras.layers.Embedding(vocab, 3), ids, "embedding", batch_terms=True)
+    check_rule(keras.layers.Embedding(vocab, 3), ids, "embedding", batch_terms=True)
 
 
 def test_embedding_with_mask_zero():
     ids = np.array([[1, 2, 2, 0, 0], [3, 0, 0, 0, 0], [2, 2, 2, 2, 1], [1, 3, 0, 0, 0]])
-    check_rule(tf.keras.layers.Embedding(4, 3, mask_zero=True), ids, "embedding")
+    check_rule(keras.layers.Embedding(4, 3, mask_zero=True), ids, "embedding")
 
 
 def test_make_private_trains_an_embedding_model_on_the_fast_path():
-    L = tf.keras.layers
+    L = keras.layers
     ids = np.random.default_rng(0).integers(0, 20, size=[64, 6])
     labels = (ids[:, 0] > 9).astype(np.int32)
-    model = tf.keras.Sequential([L.Input([6], dtype=tf.int32), L.Embedding(20, 4, name="emb"),
+    model = keras.Sequential([L.Input([6], dtype=tf.int32), L.Embedding(20, 4, name="emb"),
                                  L.GlobalAveragePooling1D(), L.Dense(2, name="out")])
     check_make_private(model, ids, labels, {"emb": "embedding", "out": "dense"})
 
@@ -45,12 +46,12 @@ def test_make_private_trains_an_embedding_model_on_the_fast_path():
 def test_a_nan_example_is_dropped_and_leaves_the_others_rows_alone(clipped_sum):
     """Example 1's output gradient is NaN (its float input is): its norm is non-finite, it is dropped,
     and the clipped sum equals that of the batch without it, though it reads the same table rows."""
-    L = tf.keras.layers
-    tf.keras.utils.set_random_seed(0)
+    L = keras.layers
+    keras.utils.set_random_seed(0)
     ids_in, scale_in = L.Input([4], dtype=tf.int32), L.Input([4])
     embedding = L.Embedding(5, 3)
     h = embedding(ids_in) * scale_in[:, :, None]
-    model = tf.keras.Model([ids_in, scale_in], L.Dense(2)(L.Flatten()(h)))
+    model = keras.Model([ids_in, scale_in], L.Dense(2)(L.Flatten()(h)))
 
     def loss_fn(inputs, layout):
         return LossTerms({"phi": tf.reduce_sum(tf.square(model(list(inputs))), axis=1)})

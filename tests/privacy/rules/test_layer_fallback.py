@@ -1,9 +1,9 @@
 """The per-layer fallback covers layers without a rule; a mis-declared rule fails loudly."""
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tests.privacy.rules.helpers import SPEC, check_rule
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy import rules
 from tfpriv.privacy.config import DPConfig
@@ -11,7 +11,7 @@ from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rules.dense import DenseRule
 
 
-class ScaledDense(tf.keras.layers.Dense):
+class ScaledDense(keras.layers.Dense):
     """A Dense subclass with an extra trainable weight: DenseRule does not support it (exact type)."""
 
     def build(self, input_shape):
@@ -24,14 +24,14 @@ class ScaledDense(tf.keras.layers.Dense):
 
 def test_layers_without_a_rule_use_the_per_layer_fallback():
     x = np.random.default_rng(0).normal(size=[5, 4])
-    check_rule(tf.keras.layers.PReLU(), x, "per_layer")
+    check_rule(keras.layers.PReLU(), x, "per_layer")
     check_rule(ScaledDense(3), x, "per_layer")
 
 
 def test_recurrent_layers_are_one_unit_of_the_per_layer_fallback():
     """An RNN's cell runs inside a while_loop where its calls cannot be tapped: the RNN layer is the unit
     (LSTM, GRU, Bidirectional: pfor cannot vectorize their backward pass, so one example after another)."""
-    L = tf.keras.layers
+    L = keras.layers
     x = np.random.default_rng(0).normal(size=[5, 4, 2])
     for layer in (L.SimpleRNN(3), L.GRU(3), L.LSTM(3), L.Bidirectional(L.LSTM(2))):
         check_rule(layer, x, "per_layer")
@@ -43,11 +43,11 @@ class _ClaimsAnyDense(DenseRule):
     name = "claims_any_dense"
 
     def supports(self, layer):
-        return isinstance(layer, tf.keras.layers.Dense)
+        return isinstance(layer, keras.layers.Dense)
 
 
 def test_a_misdeclared_rule_is_refused():
-    model = tf.keras.Sequential([tf.keras.Input([4]), ScaledDense(3)])
+    model = keras.Sequential([keras.Input([4]), ScaledDense(3)])
     rules.register(_ClaimsAnyDense())
     try:
         with pytest.raises(ConfigError, match="claims_any_dense.*declares the variables"):

@@ -8,6 +8,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+from tfpriv.compat import keras
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.privacy.terms import LossTerms, TermSpec  # noqa: E402
 from tfpriv.training.dp_model import DPModel  # noqa: E402
@@ -16,7 +17,7 @@ from tfpriv.training.dp_model import DPModel  # noqa: E402
 class Linear(DPModel):
     def __init__(self):
         super().__init__()
-        self.dense = tf.keras.layers.Dense(200, kernel_initializer="zeros")
+        self.dense = keras.layers.Dense(200, kernel_initializer="zeros")
 
     def term_spec(self):
         return TermSpec(sample=("loss",))
@@ -28,7 +29,7 @@ class Linear(DPModel):
 def weights_after_one_step(strategy, noise: float):
     with strategy.scope():
         model = Linear()
-        model.compile(tf.keras.optimizers.SGD(1.0), dp=DPConfig(
+        model.compile(keras.optimizers.SGD(1.0), dp=DPConfig(
             aggregation="micro", l2_norm_clip=0.5, noise_multiplier=noise, expected_batch_size=32, seed=1, verify=False),
             num_examples=320)
     x = np.random.default_rng(0).standard_normal([32, 40]).astype(np.float32)

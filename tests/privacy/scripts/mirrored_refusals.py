@@ -8,6 +8,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+from tfpriv.compat import keras
 from tfpriv.errors import ConfigError  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.privacy.terms import LossTerms, TermSpec  # noqa: E402
@@ -19,7 +20,7 @@ class WithBatchTerm(DPModel):
 
     def __init__(self):
         super().__init__()
-        self.dense = tf.keras.layers.Dense(3)
+        self.dense = keras.layers.Dense(3)
 
     def term_spec(self):
         return TermSpec(sample=("phi",), batch=("psi",))
@@ -45,7 +46,7 @@ out = {"replicas": strategy.num_replicas_in_sync}
 for name, kw in CASES.items():
     with strategy.scope():
         model = WithBatchTerm()
-        model.compile(tf.keras.optimizers.SGD(0.1), dp=DPConfig(
+        model.compile(keras.optimizers.SGD(0.1), dp=DPConfig(
             l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=8, seed=1, verify=False, **kw),
             num_examples=80)
     try:

@@ -8,8 +8,8 @@ import tempfile
 import types
 
 import numpy as np
-import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.training.distribute import make_strategy, split_cpu
 
 split_cpu(2)
@@ -32,14 +32,14 @@ def vae():
     model = VAE(enc, dec, prior=make_prior("sparse", 3), alpha=5.0, regularizer=make_divergence("mmd"))
     cfg = dict(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, num_partitions=0)
     x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
-    return model, cfg, x, tf.keras.optimizers.SGD(0.5)
+    return model, cfg, x, keras.optimizers.SGD(0.5)
 
 
 def filter_stage1():
     data = types.SimpleNamespace(name="adult", x_train=np.random.default_rng(1).random([N, 10]).astype(np.float32),
                                  likelihood="gaussian")
     return build_stage1_vae(data, latent_dim=2), dict(aggregation="micro", l2_norm_clip=1.0), data.x_train, \
-        tf.keras.optimizers.SGD(0.5)
+        keras.optimizers.SGD(0.5)
 
 
 def _gan(make, opt):
@@ -63,7 +63,7 @@ FAMILIES = {"vae": vae, "filter_stage1": filter_stage1, "dpwgan_gp": dpwgan_gp, 
 
 def run(family: str, strategy):
     with strategy.scope():
-        tf.keras.utils.set_random_seed(0)
+        keras.utils.set_random_seed(0)
         model, cfg, arrays, opt = FAMILIES[family]()
         plan = plan_privacy(DPConfig(noise_multiplier=0.0, seed=5, **cfg), model.term_spec(), N, B, EPOCHS,
                             delta=1e-3)

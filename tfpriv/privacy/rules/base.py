@@ -17,7 +17,9 @@ from typing import Callable
 
 import tensorflow as tf
 
-Layer = tf.keras.layers.Layer
+from tfpriv.compat import keras
+
+Layer = keras.layers.Layer
 
 
 @dataclasses.dataclass

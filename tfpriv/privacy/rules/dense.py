@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail
 
 
@@ -10,7 +11,7 @@ class DenseRule(FactorRule):
     name = "dense"
 
     def supports(self, layer: Layer) -> bool:
-        return type(layer) is tf.keras.layers.Dense
+        return type(layer) is keras.layers.Dense
 
     def forward(self, layer, original_call, inputs, kwargs):
         if isinstance(inputs, (tf.SparseTensor, tf.RaggedTensor)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules.base import Layer, PerExampleRule, activation_tail, per_example_sums
 from tfpriv.privacy.rules.conv import patches
 
@@ -35,7 +36,7 @@ class DepthwiseConv2DRule(PerExampleRule):
     name = "depthwise_conv2d"
 
     def supports(self, layer):
-        return type(layer) is tf.keras.layers.DepthwiseConv2D and supported_depthwise(layer)
+        return type(layer) is keras.layers.DepthwiseConv2D and supported_depthwise(layer)
 
     def variables(self, layer):
         return [layer.depthwise_kernel] + ([layer.bias] if layer.use_bias else [])

@@ -13,6 +13,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail
 
 _EQUATION = re.compile(r"^([a-z]+),([a-z]+)->([a-z]+)$")
@@ -36,7 +37,7 @@ class EinsumDenseRule(FactorRule):
     name = "einsum_dense"
 
     def supports(self, layer: Layer) -> bool:
-        return type(layer) is tf.keras.layers.EinsumDense and split_equation(layer.equation) is not None
+        return type(layer) is keras.layers.EinsumDense and split_equation(layer.equation) is not None
 
     def bias(self, layer):
         return layer.bias

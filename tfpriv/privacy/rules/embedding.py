@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules.base import Layer, RowSparseRule
 
 
@@ -10,7 +11,7 @@ class EmbeddingRule(RowSparseRule):
     name = "embedding"
 
     def supports(self, layer: Layer) -> bool:
-        return type(layer) is tf.keras.layers.Embedding and not layer.sparse
+        return type(layer) is keras.layers.Embedding and not layer.sparse
 
     def table(self, layer):
         return layer.embeddings

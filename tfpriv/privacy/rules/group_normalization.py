@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules.base import Layer, PerExampleRule, per_example_sums
 
 
@@ -11,7 +12,7 @@ class GroupNormalizationRule(PerExampleRule):
     name = "group_normalization"
 
     def supports(self, layer: Layer) -> bool:
-        return (type(layer) is tf.keras.layers.GroupNormalization and layer.built
+        return (type(layer) is keras.layers.GroupNormalization and layer.built
                 and layer.axis in (-1, layer.input_spec.ndim - 1))
 
     def variables(self, layer):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfpriv.compat import keras
 from tfpriv.privacy.rules.base import Layer, PerExampleRule, per_example_sums
 
 
@@ -12,7 +13,7 @@ class LayerNormalizationRule(PerExampleRule):
 
     def supports(self, layer: Layer) -> bool:
         # Normalising over the batch axis would mix examples.
-        return (type(layer) is tf.keras.layers.LayerNormalization and layer.built
+        return (type(layer) is keras.layers.LayerNormalization and layer.built
                 and all(0 < a for a in layer.axis))
 
     def variables(self, layer):
