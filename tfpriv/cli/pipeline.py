@@ -135,7 +135,8 @@ def train(built: Built, plan_: PrivacyPlan, train_dir: str, seed: int | None, ve
     start_step, start_epoch = checkpoint_position(train_dir)
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     fit = fit_private(built.model, built.arrays, plan_, built.optimizer, train_dir, seed=seed, verbose=verbose,
-                      extra_callbacks=[*callbacks, StopOnInterrupt(), StepProgressBar()])
+                      extra_callbacks=[*callbacks, StopOnInterrupt(), StepProgressBar()],
+                      announce_budget_stop=False)  # `report` prints the stop in the flags' terms
     fit["segment"] = {
         "started": started, "start_step": start_step, "steps": fit["train_steps"] - start_step,
         "start_epoch": start_epoch, "epochs_completed": fit["epochs_completed"], "epsilon": fit["epsilon"],

@@ -283,8 +283,8 @@ class FilterRun(pipeline.TrainingRun):
         vae = build_stage1_vae(data, s.latent_dim or LATENT_DIMS[s.dataset], s.beta, s.robust_decoder)
         # micro: per-example clip of the whole per-example ELBO (sensitivity 1); batch: the batch's
         # gradient clipped as one group (sensitivity 2). The robust-decoder term is per example (its
-        # z' and t are drawn per example); the engine checks on the first batch that every
-        # per-example term depends on its own example only.
+        # z' and t are drawn per example); the engine checks before training, on a public batch,
+        # that every per-example term depends on its own example only.
         config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
                           batch_clip=0.0, num_partitions=1, clipping=s.clipping, clipped_sum=s.clipped_sum,
                           seed=s.seed)

@@ -44,8 +44,9 @@ class DPConfig:
         batch's per-example losses (exact, but O(B^2) work). `docs/privacy.md` compares them.
       clipped_sum: `bookkeeping` (weighted sums from the first pass's layer inputs and
         output gradients) or `reweight` (a second backward pass of the reweighted loss).
-      verify: check once, on the first batch, that the fast or per_example path's norms equal
-        a per-example Jacobian computation and that sample-wise terms are local.
+      verify: check once, before training and on a public batch shaped like the first one (no
+        record is read), that the fast or per_example path's norms equal a per-example Jacobian
+        computation and that sample-wise terms are local.
       seed: seed of the noise generator; None draws it from the OS.
     """
 

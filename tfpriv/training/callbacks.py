@@ -17,8 +17,9 @@ class PrivacyCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, ledger: PrivacyLedger, delta: float, sampling_rate: float, noise: float,
-                 max_epsilon: float | None = None, accountant: str = "rdp"):
+                 max_epsilon: float | None = None, accountant: str = "rdp", announce: bool = True):
         super().__init__()
+        self.announce = announce  # print `stopped_message` after a budget stop (the CLI prints its own)
         self.ledger, self.delta, self.accountant = ledger, delta, accountant
         self.q, self.noise = sampling_rate, noise
         self.max_epsilon = max_epsilon
@@ -49,15 +50,8 @@ class PrivacyCallback(keras.callbacks.Callback):
         if logs is not None:
             logs["epsilon"] = loggable(self.ledger.epsilon(self.delta, self.accountant))
 
-
-def loggable(epsilon: float) -> float:
-    """epsilon as the logs carry it: Keras' and TensorBoard's logs are float32, so an epsilon beyond
-    float32's range (e.g. 6e61 with a noise multiplier of 1e-30) is logged as inf (the accountant's
-    value is kept in `results.json`)."""
-    return epsilon if epsilon <= np.finfo(np.float32).max else math.inf
-
     def on_train_end(self, logs=None):
-        if self.budget_reached and self.params.get("verbose", 1) != 0:
+        if self.budget_reached and self.announce and self.params.get("verbose", 1) != 0:
             print(self.stopped_message())
 
     def _spent(self) -> str:
@@ -76,6 +70,13 @@ def loggable(epsilon: float) -> float:
     def stopped_message(self) -> str:
         """The line printed when training stopped at the budget."""
         return f"stopped at max_epsilon={self.max_epsilon:g}: {self._spent()}; one more step would exceed the budget"
+
+
+def loggable(epsilon: float) -> float:
+    """epsilon as the logs carry it: Keras' and TensorBoard's logs are float32, so an epsilon beyond
+    float32's range (e.g. 6e61 with a noise multiplier of 1e-30) is logged as inf (the accountant's
+    value is kept in `results.json`)."""
+    return epsilon if epsilon <= np.finfo(np.float32).max else math.inf
 
 
 class BudgetExhausted(Exception):

@@ -171,7 +171,7 @@ def batch_terms_reach(engine) -> dict | None:
 def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
                 optimizer: keras.optimizers.Optimizer | Sequence[keras.optimizers.Optimizer],
                 output_dir: str, seed: int | None = None, verbose: int = 2,
-                extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:
+                extra_callbacks: Sequence[keras.callbacks.Callback] = (), announce_budget_stop: bool = True) -> dict:
     """Compiles and fits any `DPModel` under `plan`; resumes from `output_dir/checkpoints` if present.
 
     `arrays`: the training data (an array or a tuple of arrays with one row per example).
@@ -179,7 +179,8 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     `seed` seeds the batch sampling (None: a fresh seed from the OS); on resume the seed saved
     in the checkpoint is used, and batches continue from the steps already taken. Writes
     `privacy_plan.json`, checkpoints (model, optimizers, ledger, RNG streams, sampler seed,
-    epoch) after every epoch and TensorBoard logs.
+    epoch) after every epoch and TensorBoard logs. A stop at `plan.max_epsilon` prints one line
+    (ε spent, steps) unless `announce_budget_stop` is False (the command line prints its own).
     """
     history = read_ledger(output_dir)
     if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
@@ -203,8 +204,8 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     if plan.config.private:
         model.ledger.begin(q, noise)  # after the restore: continues or folds the saved segment
     write_json(os.path.join(output_dir, "privacy_plan.json"), {**plan.summary(), "planned_steps": plan.planned_steps})
-    privacy = (PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon, plan.accountant)
-               if plan.config.private else None)
+    privacy = (PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon, plan.accountant,
+                               announce=announce_budget_stop) if plan.config.private else None)
     callbacks = ([privacy] if privacy else []) + [
         CheckpointCallback(manager, state.epoch),
         keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
