@@ -162,6 +162,7 @@ class TrialPlanner:
         self.job, self.model, self.flags, self.base, self.output_dir = job, model, flag_values, base, output_dir
         self.events: dict[str, dp_accounting.DpEvent] = {}
         self.delta: float | None = None
+        self.caveat: str | None = None  # the trials' epsilon caveat (shuffled batches), if any
 
     def settings(self, values: dict, trial_dir: str | None = None):
         extra = {}
@@ -181,6 +182,7 @@ class TrialPlanner:
             run = self.job.training_run(self.settings(values), os.path.join(self.output_dir, TRIALS_DIR, "_planning"))
             plan = run.setup()
             self.delta = plan.delta
+            self.caveat = plan.summary().get("epsilon_caveat", self.caveat)
             self.events[key] = (training_event([(plan.sampling_rate, plan.effective_noise_multiplier,
                                                  plan.planned_steps)])
                                 if plan.config.private else dp_accounting.NonPrivateDpEvent())
@@ -249,7 +251,7 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
         except UsageError as exc:
             where = f"with {json.dumps(config)}: " if config else ""
             raise UsageError(f"--search_space: {where}{flag_message(exc, job)}") from None
-    tuning.delta = planner.delta
+    tuning.delta, tuning.epsilon_caveat = planner.delta, planner.caveat
     try:
         tuning.check_objective()
     except ConfigError as exc:
@@ -293,7 +295,8 @@ def report(output_dir: str, result: dict) -> str:
     if math.isinf(eps):
         lines.append("non-private trials: no privacy guarantee (epsilon = inf)")
     else:
-        lines.append(f"epsilon of the whole job = {eps:.4g} at delta = {privacy['delta']:.3g} ({privacy['analysis']}); "
-                     f"one trial {privacy['epsilon_one_trial']:.4g}")
+        caveat = f" [caveat: {privacy['epsilon_caveat']}]" if privacy.get("epsilon_caveat") else ""
+        lines.append(f"epsilon of the whole job = {eps:.4g} at delta = {privacy['delta']:.3g}{caveat} "
+                     f"({privacy['analysis']}); one trial {privacy['epsilon_one_trial']:.4g}")
     lines.append(f"Results: {output_dir}/tuning.json; {result['private']}")
     return "\n".join(lines)

@@ -210,6 +210,7 @@ class TuningJob:
     neutral: tuple[str, ...] = NEUTRAL_KEYS
     budget_key: str = "epochs"  # the hyperparameter hyperband sets to its epoch budget
     privacy_note: str | None = None  # what the trials' epsilon covers, if the job says more than "the run"
+    epsilon_caveat: str | None = None  # a qualification of every trial's epsilon (shuffled batches)
 
     def __post_init__(self):
         if isinstance(self.objective, str):
@@ -264,6 +265,8 @@ class TuningJob:
                                "from earlier scores, which the random-trials theorem does not cover")
         if self.privacy_note:
             out["scope"] = self.privacy_note
+        if self.epsilon_caveat:
+            out["epsilon_caveat"] = self.epsilon_caveat
         return out
 
     # -- running ---------------------------------------------------------------------------------
