@@ -3,7 +3,8 @@
 Top level: `DPConfig` (how a loss is privatized), `make_private` (DP-SGD for your own Keras
 model; `fix_model`/`validate_model` make it clippable per example, replacing BatchNormalization),
 `DPModel` (the base of every private model family), `load` (the trained model of a
-run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.export`).
+run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.export`), `synthesizer`
+(private synthetic data from arrays: fit, sample, save; `tfpriv.synthesizer`).
 
 They are imported on first use (PEP 562), so that `import tfpriv.cli.launch` does not load
 TensorFlow: the command line installs its Ctrl-C handler before that slow import.
@@ -21,10 +22,11 @@ _EXPORTS = {
     "fix_model": "tfpriv.training.model_fix",
     "validate_model": "tfpriv.training.model_fix",
     "make_private": "tfpriv.training.private_model",
+    "synthesizer": "tfpriv.synthesizer",
 }
 
-__all__ = ["DPConfig", "DPModel", "PrivateModel", "fix_model", "load", "make_private", "validate_model",
-           "__version__"]
+__all__ = ["DPConfig", "DPModel", "PrivateModel", "fix_model", "load", "make_private", "synthesizer",
+           "validate_model", "__version__"]
 
 
 def __getattr__(name: str):

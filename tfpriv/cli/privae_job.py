@@ -168,9 +168,13 @@ class PriVAERun(pipeline.TrainingRun):
         metrics["train_seconds"] = self.fit["train_seconds"]
         if self.fit["history"].get("loss"):
             metrics["final_train_loss"] = self.fit["history"]["loss"][-1]
-        vae.save_vae(os.path.join(self.output_dir, "vae"))
+        self.save_model()
         _figures(s, vae, data, self.output_dir)
         return metrics
+
+    def save_model(self) -> None:
+        """Saves the trained VAE the run serves (`tfpriv.load`)."""
+        self.built.model.save_vae(os.path.join(self.output_dir, "vae"))
 
     def record(self) -> dict:
         s, vae = self.s, self.built.model

@@ -112,7 +112,6 @@ def validate(s: GanSettings) -> None:
     """Every GAN setting checked (UsageError naming the flag) before anything is read or written."""
     from tfpriv.gan.dpgan import GAN_LOSSES
     from tfpriv.privacy.config import CLIPPING_METHODS
-    need("dataset", s.dataset in IMAGE_DATASETS, f"one of {', '.join(IMAGE_DATASETS)} (28x28 images) for a GAN", repr(s.dataset))
     need("capacity", s.capacity >= 1, ">= 1", s.capacity)
     need("generator_capacity", s.generator_capacity is None or s.generator_capacity >= 1, ">= 1", s.generator_capacity)
     need("critic_steps", s.critic_steps >= 1, ">= 1", s.critic_steps)
@@ -156,11 +155,18 @@ def validate(s: GanSettings) -> None:
 
 class GanRun(pipeline.TrainingRun):
     def validate(self) -> None:
+        self.check_data_source()
         validate(self.s)
         # Without --seed, the DP noise and the Poisson sampling draw from the OS (a release must not
         # record their seeds); this seed only fixes initialisation and latents.
         self.seed_from_os = self.s.seed is None
         self.seed = int(self.s.seed) if self.s.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+
+    def check_data_source(self) -> None:
+        """The dataset is one the GAN's 28x28 architecture and its evaluation classifier are for."""
+        s = self.s
+        need("dataset", s.dataset in IMAGE_DATASETS, f"one of {', '.join(IMAGE_DATASETS)} (28x28 images) for a GAN",
+             repr(s.dataset))
 
     def sampling_seed(self) -> int | None:
         return None if self.seed_from_os else self.seed
@@ -220,8 +226,9 @@ class GanRun(pipeline.TrainingRun):
         logging.info("GAN plan: %s", json.dumps(plan.summary(), default=str))
         return [self.monitor, self.limit]
 
-    def evaluate(self) -> dict:
-        from tfpriv.gan import evaluation, training
+    def save_model(self) -> None:
+        """Counts the generator's steps into the fit record and saves the generator the run serves."""
+        from tfpriv.gan import training
         from tfpriv.gan.architectures import generator_width
         s, model, fit = self.s, self.built.model, self.fit
         fit.update(critic_steps=fit["train_steps"], generator_steps=int(self.g_opt.iterations.numpy()),
@@ -231,6 +238,11 @@ class GanRun(pipeline.TrainingRun):
         training.save_generator(model, self.output_dir, {
             "model": s.model, "capacity": s.capacity, "generator_capacity": generator_width(s.capacity, s.generator_capacity),
             "latent_size": s.latent_size, "num_classes": self.num_classes})
+
+    def evaluate(self) -> dict:
+        from tfpriv.gan import evaluation
+        s, model, fit = self.s, self.built.model, self.fit
+        self.save_model()
         start = time.time()
         progress(s, f"generating {s.num_samples} samples ...")
         images, gen_labels = evaluation.generate_samples(model, s.num_samples, seed=self.seed + 2)

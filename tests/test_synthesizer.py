@@ -1,0 +1,139 @@
+"""`tfpriv.synthesizer`: fit calibrates the noise to the budget and trains through the job's run;
+samples are numpy and deterministic by seed; `save` writes a run folder that `tfpriv.load` and the
+SavedModel serve; bad settings, data and call orders are one clear error."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+import tfpriv
+from tfpriv.cli import privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
+from tfpriv.data import load_dataset
+from tfpriv.errors import ConfigError, UsageError
+
+EPSILON = 2.0
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits").x_train[:256]
+
+
+@pytest.fixture(scope="module")
+def privae(digits):
+    # A process's parsed flags (an absl app's command line) do not reach the synthesizer's settings.
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(learning_rate=0.5, epochs=7):
+        return tfpriv.synthesizer("privae", epsilon=EPSILON, epochs=1, batch_size=32, latent_dim=4, seed=0).fit(digits)
+
+
+def test_fit_spends_the_budget_through_the_jobs_run(privae):
+    assert EPSILON * 0.98 <= privae.epsilon <= EPSILON
+    assert privae.delta == 1e-5  # the default for N = 256
+    results = privae.results
+    assert results["model"] == "privae" and results["dataset"] == "arrays"
+    assert results["target_epsilon"] == EPSILON and results["epsilon"] == privae.epsilon
+    assert results["aggregation"] == "termwise" and results["noise_multiplier"] > 1  # calibrated, not the default
+    assert results["planned_epochs"] == 1 and results["learning_rate"] == 1e-3 and results["latent_dim"] == 4
+    assert results["metrics"] == {}  # no evaluation: every array is private
+
+
+def test_samples_are_numpy_and_deterministic_by_seed(privae):
+    a, b, c = privae.sample(6, seed=3), privae.sample(6, seed=3), privae.sample(6, seed=4)
+    assert isinstance(a, np.ndarray) and a.shape == (6, 8, 8, 1) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert privae.sample(2).shape == (2, 8, 8, 1)
+
+
+def test_save_is_a_run_folder_that_load_and_the_saved_model_serve(privae, tmp_path):
+    out = str(tmp_path / "run")
+    assert privae.save(out) == out
+    results = json.load(open(f"{out}/results.json"))
+    assert results["model"] == "privae" and results["epsilon"] == privae.epsilon
+    assert results["saved_model"]["path"] == f"{out}/saved_model"
+    assert (tmp_path / "run" / "privacy_plan.json").is_file() and (tmp_path / "run" / "checkpoints").is_dir()
+    expected = privae.sample(5, seed=11)
+    np.testing.assert_array_equal(tfpriv.load(out).sample(5, 11).numpy(), expected)
+    served = tf.saved_model.load(f"{out}/saved_model").signatures["sample"](n=tf.constant(5),
+                                                                            seed=tf.constant(11, tf.int64))["x"]
+    np.testing.assert_allclose(served.numpy(), expected, atol=1e-6)
+    with pytest.raises(UsageError, match="^directory: .* exists and is not an empty folder$"):
+        privae.save(out)
+
+
+def test_fit_twice_and_labels_for_the_vae_are_refused(privae, digits):
+    with pytest.raises(UsageError, match="^fit: the synthesizer is already trained"):
+        privae.fit(digits)
+    with pytest.raises(UsageError, match="^labels: the privae synthesizer is unconditional"):
+        privae.sample(3, seed=0, labels=[0, 1, 2])
+    with pytest.raises(UsageError, match="^n: must be an integer >= 1, got 0$"):
+        privae.sample(0, seed=0)
+
+
+def test_a_conditional_gan_in_a_few_steps(tmp_path):
+    rng = np.random.default_rng(0)
+    x, y = rng.random((32, 28, 28, 1), dtype=np.float32), np.arange(32) % 4
+    s = tfpriv.synthesizer("dpwgan_gp", epsilon=EPSILON, epochs=1, batch_size=16, capacity=2, latent_size=4,
+                           num_classes=4, seed=0).fit(x, y)
+    assert EPSILON * 0.98 <= s.epsilon <= EPSILON and s.results["train_steps"] == 2
+    labels = np.array([0, 1, 2, 3, 3])
+    a = s.sample(5, seed=1, labels=labels)
+    assert a.shape == (5, 28, 28, 1) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, s.sample(5, seed=1, labels=labels))
+    with pytest.raises(UsageError, match="^labels: this generator is conditional"):
+        s.sample(5, seed=1)
+    out = str(tmp_path / "gan")
+    s.save(out)
+    np.testing.assert_array_equal(tfpriv.load(out).sample(5, 1, labels).numpy(), a)
+    served = tf.saved_model.load(f"{out}/saved_model").signatures["sample"](
+        n=tf.constant(5), seed=tf.constant(1, tf.int64), labels=tf.constant(labels, tf.int32))["x"]
+    np.testing.assert_allclose(served.numpy(), a, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,kwargs,message", [
+    ("vae", {}, "name: must be one of privae, dpwgan_gp, dpgan, got 'vae'"),
+    ("privae", {"epsilon": 0.0}, "epsilon: must be a positive finite number, got 0.0"),
+    ("privae", {"epsilon": float("inf")}, "epsilon: must be a positive finite number, got inf"),
+    ("privae", {"epochz": 1}, "epochz: not a setting of the privae synthesizer; its settings are "),
+    ("privae", {"noise_multiplier": 1.0}, "noise_multiplier: not a setting of the privae synthesizer"),
+    ("privae", {"dataset": "mnist"}, "dataset: not a setting of the privae synthesizer"),
+    ("privae", {"num_classes": 3}, "num_classes: not a setting of the privae synthesizer"),
+    ("dpgan", {"eval_samples": 10}, "eval_samples: not a setting of the dpgan synthesizer"),
+    ("privae", {"aggregation": "none"}, "aggregation: a synthesizer trains privately"),
+    ("dpgan", {"num_classes": 1}, "num_classes: must be >= 2, got 1"),
+])
+def test_bad_settings_are_one_config_error(name, kwargs, message):
+    kwargs = {"epsilon": 1.0, **kwargs}
+    with pytest.raises(ConfigError) as err:
+        tfpriv.synthesizer(name, **kwargs)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,settings,x,y,message", [
+    ("privae", {}, np.zeros((10, 8, 8)), None, r"^x: must be \[N, features\] or images"),
+    ("privae", {}, np.zeros((10, 4)) + np.nan, None, "^x: has NaN or infinite values$"),
+    ("privae", {}, np.full((10, 8, 8, 1), 2.0), None, r"^x: values must be in \[0, 1\] for likelihood='bernoulli'"),
+    ("privae", {}, np.zeros((10, 4)), np.zeros(10, int), "^y: the privae synthesizer is unconditional"),
+    ("dpgan", {}, np.zeros((10, 8, 8, 1)), None, r"^x: a dpgan synthesizer takes images of shape \[N, 28, 28, 1\], "
+                                                 r"got shape \[10, 8, 8, 1\]$"),
+    ("dpgan", {}, np.zeros((10, 28, 28, 1)), np.zeros(9, int), "^y: must be 10 integer labels"),
+    ("dpgan", {}, np.zeros((10, 28, 28, 1)), np.full(10, 10), r"^y: labels must be in \[0, num_classes=10\)$"),
+    # the job's own checks, in the synthesizer's terms (no command-line `--`)
+    ("privae", {"learning_rate": -1.0}, np.zeros((10, 4)), None, "^learning_rate: must be > 0, got -1.0$"),
+    ("privae", {"batch_size": 64}, np.zeros((10, 4)), None, "^batch_size: must be between 1 and the dataset size 10"),
+    ("dpwgan_gp", {"clipping": "fast"}, np.zeros((10, 28, 28, 1)), None, "^clipping: fast .* use per_example$"),
+])
+def test_bad_data_and_job_settings_are_one_error_at_fit(name, settings, x, y, message):
+    s = tfpriv.synthesizer(name, epsilon=1.0, **settings)
+    with pytest.raises(UsageError, match=message):
+        s.fit(x, y)
+    assert s.run_dir is None and s.results is None
+    with pytest.raises(UsageError, match=r"^sample: the synthesizer is not trained yet; call fit\(x\) first$"):
+        s.sample(1, seed=0)
+    with pytest.raises(UsageError, match="^epsilon: the synthesizer is not trained yet"):
+        s.epsilon  # noqa: B018

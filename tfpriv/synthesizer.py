@@ -1,0 +1,281 @@
+"""Private synthetic data without a training loop: `tfpriv.synthesizer(name, epsilon=..., **settings)`.
+
+A `Synthesizer` runs the family's own command-line job (`tfpriv/cli/privae_job.py`,
+`tfpriv/gan/cli.py`) on the arrays given to `fit`, not on a named dataset: the same
+`TrainingRun` sequence, `plan_privacy` calibrating the noise to `epsilon` at `delta` for the
+planned epochs, `fit_private`, the ledger, results.json and the SavedModel export. Only the
+dataset-specific evaluation (held-out scores, figures) is left out: the arrays are all private.
+The run folder lives in a temporary folder until `save(dir)` copies it.
+
+Settings are the job's settings by their flag names (`epochs`, `batch_size`, `l2_norm_clip`,
+`learning_rate`, `architecture`, `capacity`, `seed`, ...), except those that choose a dataset,
+set the noise (calibrated from `epsilon`) or configure the evaluation.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+import weakref
+
+import numpy as np
+
+from tfpriv.errors import ConfigError, UsageError
+
+NAMES = ("privae", "dpwgan_gp", "dpgan")
+DATASET = "arrays"  # results.json's `dataset` of a synthesizer run
+# Job settings a synthesizer does not take: the data source, the noise (calibrated from epsilon),
+# the budget arguments, --mode=sample and the evaluation on held-out data.
+NOT_SETTINGS = frozenset({
+    "dataset", "data_dir", "feature_scaling", "epsilon", "delta", "noise_multiplier", "max_epsilon", "num_samples",
+    # PriVAE
+    "eval_importance_samples", "eval_examples", "pinwheel_scale",
+    # GANs (`conditional` follows from fit's y)
+    "conditional", "generator_path", "eval_every", "eval_every_steps", "eval_samples", "downstream_samples",
+    "downstream_epochs", "classifier_cache_dir", "public_scores",
+})
+GAN_SHAPE = (28, 28, 1)
+_FLAG = re.compile(r"--(?=[A-Za-z_])")
+
+
+def _job(name: str):
+    if name == "privae":
+        from tfpriv.cli import privae_job
+        return privae_job.JOB
+    from tfpriv.gan import cli as gan_cli
+    return gan_cli.JOB
+
+
+def _defaults():
+    """The tfpriv flags at their defaults, apart from any the process parsed (absl's FLAGS)."""
+    import copy
+
+    from absl import flags
+
+    from tfpriv.cli.job import tfpriv_flag_modules
+    values = flags.FlagValues()
+    for module in tfpriv_flag_modules(flags.FLAGS):
+        for flag in flags.FLAGS.flags_by_module_dict()[module]:
+            own = copy.deepcopy(flag)
+            own.unparse()  # the declared default, not given
+            values[own.name] = own
+            values.register_flag_by_module(module, own)
+    values.mark_as_parsed()
+    return values
+
+
+def _library_error(exc: UsageError) -> UsageError:
+    """The job's error in the synthesizer's terms: its settings are named as the job's flags, without `--`."""
+    return type(exc)(_FLAG.sub("", str(exc)))
+
+
+def _run_class(job):
+    """The job's `TrainingRun` on the synthesizer's arrays: `load` returns them, `evaluate` only saves the model."""
+    base = job.training_run
+
+    class SynthesizerRun(base):
+        def __init__(self, settings, output_dir: str, dataset):
+            super().__init__(settings, output_dir)
+            self.arrays = dataset
+
+        def check_data_source(self) -> None:  # the GANs': the arrays' shape is checked by `fit`
+            pass
+
+        def load(self):
+            if self.s.seed is not None:
+                from tfpriv.compat import keras
+                keras.utils.set_random_seed(self.s.seed)
+            return self.arrays
+
+        def callbacks(self, plan_) -> list:
+            if job.name == "privae":
+                return super().callbacks(plan_)
+            from tfpriv.gan import training  # the GAN's epsilon per epoch and its limits, without scores
+            s = self.s
+            self.monitor = training.Monitor(plan_.delta, 1, None, plan_.config.private,
+                                            os.path.join(self.output_dir, "progress.json"))
+            self.limit = training.Limit(s.max_minutes or None, s.max_steps or None)
+            return [self.monitor, self.limit]
+
+        def evaluate(self) -> dict:
+            self.save_model()
+            self.eval_seconds = 0.0
+            return {}
+
+    return SynthesizerRun
+
+
+class Synthesizer:
+    """A private generative model trained on arrays and sampled from; made by `tfpriv.synthesizer`.
+
+    Example:
+        >>> import tfpriv
+        >>> from tfpriv.data import load_dataset
+        >>> x = load_dataset("digits").x_train
+        >>> s = tfpriv.synthesizer("privae", epsilon=3.0, epochs=1, seed=0)
+        >>> s.fit(x)
+        >>> s.sample(10, seed=1).shape
+        (10, 8, 8, 1)
+    """
+
+    def __init__(self, name: str, epsilon: float, delta: float | None = None, **settings):
+        if name not in NAMES:
+            raise ConfigError(f"name: must be one of {', '.join(NAMES)}, got {name!r}")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
+                math.isfinite(epsilon) and epsilon > 0):
+            raise ConfigError(f"epsilon: must be a positive finite number, got {epsilon!r}")
+        self.name, self.target_epsilon, self.target_delta = name, float(epsilon), delta
+        self._job = _job(name)
+        allowed = sorted(set(self._job.fields()) - NOT_SETTINGS)
+        if name != "privae":
+            allowed.append("num_classes")
+        unknown = sorted(set(settings) - set(allowed))
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a setting of the {name} synthesizer; its settings are "
+                              f"{', '.join(sorted(allowed))}")
+        if settings.get("aggregation") == "none":
+            raise ConfigError("aggregation: a synthesizer trains privately; 'none' has no privacy budget")
+        self.num_classes = int(settings.pop("num_classes", 10))
+        if self.num_classes < 2:
+            raise ConfigError(f"num_classes: must be >= 2, got {self.num_classes}")
+        self.settings = {"verbose": 0, **settings}
+        self.run_dir: str | None = None  # the run folder once fitted (a temporary folder; `save` copies it)
+        self.results: dict | None = None  # results.json of the fit
+        self._model = None
+
+    @property
+    def epsilon(self) -> float:
+        """The epsilon the accountant spent on `fit` (at most the target).
+
+        Example: `s.fit(x); assert s.epsilon <= 3.0`."""
+        return float(self._fitted("epsilon")["epsilon"])
+
+    @property
+    def delta(self) -> float:
+        """The delta of `epsilon` (the given one, or the default power of ten below min(1/N, 1e-5)).
+
+        Example: `s.fit(x); s.delta  # 1e-05 for 1,437 examples`."""
+        return float(self._fitted("delta")["delta"])
+
+    def _fitted(self, what: str) -> dict:
+        if self.results is None:
+            raise UsageError(f"{what}: the synthesizer is not trained yet; call fit(x) first")
+        return self.results
+
+    def _dataset(self, x, y):
+        from tfpriv.data.registry import make_dataset
+        try:
+            x = np.asarray(x, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise UsageError("x: must be a numeric array, one row per example") from None
+        gan = self.name != "privae"
+        if gan and tuple(x.shape[1:]) != GAN_SHAPE:
+            raise UsageError(f"x: a {self.name} synthesizer takes images of shape [N, 28, 28, 1], got shape "
+                             f"{list(x.shape)}")
+        if not gan and x.ndim not in (2, 4):
+            raise UsageError(f"x: must be [N, features] or images [N, height, width, channels], got shape "
+                             f"{list(x.shape)}")
+        if len(x) < 2:
+            raise UsageError(f"x: needs at least 2 examples, got {len(x)}")
+        if not np.all(np.isfinite(x)):
+            raise UsageError("x: has NaN or infinite values")
+        kind = "image" if x.ndim == 4 else "tabular"
+        likelihood = "bernoulli" if kind == "image" else "gaussian"
+        if self.settings.get("likelihood", "auto") not in ("auto", "bernoulli"):
+            likelihood = self.settings["likelihood"]
+        if (gan or likelihood == "bernoulli") and (x.min() < 0 or x.max() > 1):
+            raise UsageError("x: values must be in [0, 1]" + ("" if gan else " for likelihood='bernoulli' "
+                                                                  "(give likelihood='gaussian' otherwise)"))
+        labels, num_classes = {}, {}
+        if y is not None:
+            if not gan:
+                raise UsageError("y: the privae synthesizer is unconditional; give no labels")
+            y = np.asarray(y)
+            if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
+                raise UsageError(f"y: must be {len(x)} integer labels (one per row of x), got {y.dtype} "
+                                 f"shape {list(y.shape)}")
+            if y.min() < 0 or y.max() >= self.num_classes:
+                raise UsageError(f"y: labels must be in [0, num_classes={self.num_classes})")
+            labels, num_classes = {"label": y}, {"label": self.num_classes}
+        return make_dataset(DATASET, x, x[:0], labels, {k: v[:0] for k, v in labels.items()}, kind=kind,
+                            likelihood=likelihood, num_classes=num_classes)
+
+    def fit(self, x, y=None) -> "Synthesizer":
+        """Trains on `x` (and, for a GAN, integer labels `y`: a conditional GAN) with the noise
+        calibrated so that the planned epochs spend `epsilon` at `delta`. Returns the synthesizer.
+
+        Example: `tfpriv.synthesizer("dpwgan_gp", epsilon=1.0, epochs=1).fit(images, labels)`."""
+        from tfpriv.cli.job import read_settings
+        if self.results is not None:
+            raise UsageError("fit: the synthesizer is already trained; make a new one to train again")
+        dataset = self._dataset(x, y)
+        run_dir = tempfile.mkdtemp(prefix=f"tfpriv-{self.name}-")
+        try:
+            fields = dict(self.settings, dataset=DATASET, epsilon=self.target_epsilon, delta=self.target_delta)
+            if self.name != "privae":
+                fields["conditional"] = y is not None
+            settings = read_settings(self._job, _defaults(), model=self.name, **fields)
+            results = _run_class(self._job)(settings, run_dir, dataset).run()
+            from tfpriv.trained import load
+            self._model = load(run_dir)
+        except UsageError as exc:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise _library_error(exc) from None
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        self.run_dir, self.results = run_dir, results
+        weakref.finalize(self, shutil.rmtree, run_dir, True)
+        return self
+
+    def sample(self, n: int, seed: int | None = None, labels=None) -> np.ndarray:
+        """`n` synthetic examples as a numpy array shaped like a row of x; the same seed gives the
+        same samples (also from `tfpriv.load(dir)` and the SavedModel of `save(dir)`). A
+        conditional GAN needs `labels`: n integers in [0, num_classes). seed None: from the OS.
+
+        Example: `s.sample(100, seed=0, labels=np.arange(100) % 10)`."""
+        if self._model is None:
+            raise UsageError("sample: the synthesizer is not trained yet; call fit(x) first")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise UsageError(f"n: must be an integer >= 1, got {n!r}")
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2**63)
+        if self.name == "privae":
+            if labels is not None:
+                raise UsageError("labels: the privae synthesizer is unconditional; give no labels")
+            return self._model.sample(int(n), seed).numpy()
+        return self._model.sample(int(n), seed, labels).numpy()
+
+    def save(self, directory: str) -> str:
+        """Writes the run folder to `directory` (new or empty): results.json, the trained model
+        (`tfpriv.load(directory)`), `saved_model/` (`tf.saved_model.load`), the privacy plan,
+        checkpoints with the ledger and logs. Returns `directory`.
+
+        Example: `s.save("runs/synth"); tfpriv.load("runs/synth").sample(10, seed=0)`."""
+        from tfpriv.export import SAVED_MODEL_DIR
+        from tfpriv.training.results import write_results
+        results = self._fitted("save")
+        if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+            raise UsageError(f"directory: {directory} exists and is not an empty folder")
+        shutil.copytree(self.run_dir, directory, dirs_exist_ok=True)
+        results = {**results, "saved_model": {**results["saved_model"],
+                                              "path": os.path.join(directory, SAVED_MODEL_DIR)}}
+        write_results(directory, results)
+        return directory
+
+
+def synthesizer(name: str, epsilon: float, delta: float | None = None, **settings) -> Synthesizer:
+    """A private synthesizer: `name` is "privae", "dpwgan_gp" or "dpgan"; `fit(x)` trains it with
+    the noise calibrated so that training spends `epsilon` at `delta` (default: the power of ten
+    below min(1/N, 1e-5)); `settings` are the job's (`epochs`, `batch_size`, `l2_norm_clip`,
+    `learning_rate`, `seed`, ...; a GAN also takes `num_classes` for labelled data).
+
+    Example:
+        >>> import tfpriv
+        >>> s = tfpriv.synthesizer("privae", epsilon=3.0, epochs=1, seed=0).fit(x)
+        >>> samples = s.sample(100, seed=0)
+        >>> s.save("runs/synth")  # tfpriv.load("runs/synth") serves the same samples
+    """
+    return Synthesizer(name, epsilon, delta, **settings)
