@@ -10,6 +10,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import tfpriv
+from tests.test_release_list import release_table, written
 from tfpriv.cli import privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
 from tfpriv.data import load_dataset
 from tfpriv.errors import ConfigError, UsageError
@@ -64,6 +65,13 @@ def test_save_is_a_run_folder_that_load_and_the_saved_model_serve(privae, tmp_pa
     np.testing.assert_allclose(served.numpy(), expected, atol=1e-6)
     with pytest.raises(UsageError, match="^directory: .* exists and is not an empty folder$"):
         privae.save(out)
+    assert_released(tmp_path / "run", "privae")
+
+
+def assert_released(run_dir, family: str) -> None:
+    """Everything the saved run folder holds is in docs/privacy.md's release list of its family."""
+    missing = sorted(written(run_dir) - set(release_table()[family]))
+    assert not missing, f"the {family} synthesizer writes outputs the release list does not name: {missing}"
 
 
 def test_fit_twice_and_labels_for_the_vae_are_refused(privae, digits):
@@ -93,6 +101,7 @@ def test_a_conditional_gan_in_a_few_steps(tmp_path):
     served = tf.saved_model.load(f"{out}/saved_model").signatures["sample"](
         n=tf.constant(5), seed=tf.constant(1, tf.int64), labels=tf.constant(labels, tf.int32))["x"]
     np.testing.assert_allclose(served.numpy(), a, atol=1e-6)
+    assert_released(tmp_path / "gan", "dpwgan_gp")
 
 
 @pytest.mark.parametrize("name,kwargs,message", [
