@@ -114,7 +114,12 @@ def test_a_conditional_gan_in_a_few_steps(tmp_path):
     ("privae", {"num_classes": 3}, "num_classes: not a setting of the privae synthesizer"),
     ("dpgan", {"eval_samples": 10}, "eval_samples: not a setting of the dpgan synthesizer"),
     ("privae", {"aggregation": "none"}, "aggregation: a synthesizer trains privately"),
-    ("dpgan", {"num_classes": 1}, "num_classes: must be >= 2, got 1"),
+    ("dpgan", {"num_classes": 1}, "num_classes: must be an integer >= 2, got 1"),
+    ("privae", {"epochs": 1.5}, "epochs: must be an integer, got 1.5"),
+    ("privae", {"seed": -1}, "seed: must be an integer in the range [0, 4294967295], got -1"),
+    ("privae", {"learning_rate": "fast"}, "learning_rate: must be a number, got 'fast'"),
+    ("privae", {"architecture": 3}, "architecture: must be a string, got 3"),
+    ("dpgan", {"capacity": None}, "capacity: must be an integer, got None"),
 ])
 def test_bad_settings_are_one_config_error(name, kwargs, message):
     kwargs = {"epsilon": 1.0, **kwargs}

@@ -66,42 +66,47 @@ def _defaults():
     return values
 
 
+def _typed(flag, name: str, value):
+    """`value` as the job's flag `name` takes it (its parser: type and bounds), or a ConfigError naming it."""
+    if value is None and flag.default is None:
+        return None
+    try:
+        return flag.parser.parse(value)
+    except (TypeError, ValueError):
+        kind = flag.parser.syntactic_help or f"a {flag.flag_type()}"
+        raise ConfigError(f"{name}: must be {kind}, got {value!r}") from None
+
+
 def _library_error(exc: UsageError) -> UsageError:
     """The job's error in the synthesizer's terms: its settings are named as the job's flags, without `--`."""
     return type(exc)(_FLAG.sub("", str(exc)))
 
 
 def _run_class(job):
-    """The job's `TrainingRun` on the synthesizer's arrays: `load` returns them, `evaluate` only saves the model."""
-    base = job.training_run
+    """The job's `TrainingRun` on the synthesizer's arrays: `load` returns them, nothing is scored
+    (every array is private, there is no held-out set) and `evaluate` only saves the trained model."""
 
-    class SynthesizerRun(base):
+    class SynthesizerRun(job.training_run):
         def __init__(self, settings, output_dir: str, dataset):
             super().__init__(settings, output_dir)
-            self.arrays = dataset
+            self.dataset = dataset
 
-        def check_data_source(self) -> None:  # the GANs': the arrays' shape is checked by `fit`
-            pass
+        def check_data_source(self) -> None:
+            """A GAN's: `Synthesizer.fit` has checked the arrays' shape and range."""
 
         def load(self):
             if self.s.seed is not None:
                 from tfpriv.compat import keras
                 keras.utils.set_random_seed(self.s.seed)
-            return self.arrays
+            return self.dataset
 
-        def callbacks(self, plan_) -> list:
-            if job.name == "privae":
-                return super().callbacks(plan_)
-            from tfpriv.gan import training  # the GAN's epsilon per epoch and its limits, without scores
-            s = self.s
-            self.monitor = training.Monitor(plan_.delta, 1, None, plan_.config.private,
-                                            os.path.join(self.output_dir, "progress.json"))
-            self.limit = training.Limit(s.max_minutes or None, s.max_steps or None)
-            return [self.monitor, self.limit]
+        def scorer(self):
+            """A GAN's: progress.json records epsilon and the losses per epoch, no scores."""
+            return None
 
         def evaluate(self) -> dict:
             self.save_model()
-            self.eval_seconds = 0.0
+            self.eval_seconds = 0.0  # a GAN's record reads it
             return {}
 
     return SynthesizerRun
@@ -135,11 +140,16 @@ class Synthesizer:
         if unknown:
             raise ConfigError(f"{unknown[0]}: not a setting of the {name} synthesizer; its settings are "
                               f"{', '.join(sorted(allowed))}")
+        num_classes = settings.pop("num_classes", 10)
+        self._flags = _defaults()
+        settings = {name: _typed(self._flags[name], name, value) for name, value in settings.items()}
         if settings.get("aggregation") == "none":
             raise ConfigError("aggregation: a synthesizer trains privately; 'none' has no privacy budget")
-        self.num_classes = int(settings.pop("num_classes", 10))
-        if self.num_classes < 2:
-            raise ConfigError(f"num_classes: must be >= 2, got {self.num_classes}")
+        self.num_classes: int | None = None  # a GAN's number of label values (`fit`'s y, `sample`'s labels)
+        if name != "privae":
+            if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+                raise ConfigError(f"num_classes: must be an integer >= 2, got {num_classes!r}")
+            self.num_classes = int(num_classes)
         self.settings = {"verbose": 0, **settings}
         self.run_dir: str | None = None  # the run folder once fitted (a temporary folder; `save` copies it)
         self.results: dict | None = None  # results.json of the fit
@@ -216,7 +226,7 @@ class Synthesizer:
             fields = dict(self.settings, dataset=DATASET, epsilon=self.target_epsilon, delta=self.target_delta)
             if self.name != "privae":
                 fields["conditional"] = y is not None
-            settings = read_settings(self._job, _defaults(), model=self.name, **fields)
+            settings = read_settings(self._job, self._flags, model=self.name, **fields)
             results = _run_class(self._job)(settings, run_dir, dataset).run()
             from tfpriv.trained import load
             self._model = load(run_dir)
@@ -241,7 +251,7 @@ class Synthesizer:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise UsageError(f"n: must be an integer >= 1, got {n!r}")
         if seed is None:
-            seed = int(np.random.SeedSequence().entropy % 2**63)
+            seed = int(np.random.SeedSequence().entropy % 2**31)
         if self.name == "privae":
             if labels is not None:
                 raise UsageError("labels: the privae synthesizer is unconditional; give no labels")

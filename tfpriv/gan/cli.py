@@ -203,8 +203,10 @@ class GanRun(pipeline.TrainingRun):
         arrays = data.x_train if labels is None else (data.x_train, labels)
         return Built(model, arrays, (d_opt, g_opt), config, s.batch_size, s.epochs, s.sampling)
 
-    def callbacks(self, plan) -> list:
-        from tfpriv.gan import evaluation, training
+    def scorer(self):
+        """The generator's scores during training (None: only epsilon and the losses are recorded);
+        loads the evaluation classifier, which `evaluate` also uses."""
+        from tfpriv.gan import evaluation
         s = self.s
         from tfpriv.metrics.eval_classifier import classifier_outputs
         self.classifier = _classifier(s)
@@ -219,8 +221,12 @@ class GanRun(pipeline.TrainingRun):
                 v.assign(w)
             return evaluation.sample_scores(self.classifier, images, self.ref_features, lab)
 
-        scoring = s.eval_every or s.eval_every_steps
-        self.monitor = training.Monitor(plan.delta, s.eval_every, score_fn if scoring else None, plan.config.private,
+        return score_fn if s.eval_every or s.eval_every_steps else None
+
+    def callbacks(self, plan) -> list:
+        from tfpriv.gan import training
+        s = self.s
+        self.monitor = training.Monitor(plan.delta, s.eval_every, self.scorer(), plan.config.private,
                                         os.path.join(self.output_dir, "progress.json"), every_steps=s.eval_every_steps)
         self.limit = training.Limit(s.max_minutes or None, s.max_steps or None)
         logging.info("GAN plan: %s", json.dumps(plan.summary(), default=str))
