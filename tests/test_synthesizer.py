@@ -65,6 +65,13 @@ def test_save_is_a_run_folder_that_load_and_the_saved_model_serve(privae, tmp_pa
     np.testing.assert_allclose(served.numpy(), expected, atol=1e-6)
     with pytest.raises(UsageError, match="^directory: .* exists and is not an empty folder$"):
         privae.save(out)
+    (tmp_path / "empty").mkdir()
+    privae.save(str(tmp_path / "empty"))  # an empty folder is filled
+    assert json.load(open(tmp_path / "empty" / "results.json"))["epsilon"] == privae.epsilon
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"^directory: cannot write .*file/run \(File exists\)$"):
+        privae.save(str(tmp_path / "file" / "run"))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
     assert_released(tmp_path / "run", "privae")
 
 
@@ -132,6 +139,7 @@ def test_bad_settings_are_one_config_error(name, kwargs, message):
     ("privae", {}, np.zeros((10, 8, 8)), None, r"^x: must be \[N, features\] or images"),
     ("privae", {}, np.zeros((10, 4)) + np.nan, None, "^x: has NaN or infinite values$"),
     ("privae", {}, np.full((10, 8, 8, 1), 2.0), None, r"^x: values must be in \[0, 1\] for likelihood='bernoulli'"),
+    ("privae", {"likelihood": "bernoulli"}, np.full((10, 4), 2.0), None, r"^x: values must be in \[0, 1\] for "),
     ("privae", {}, np.zeros((10, 4)), np.zeros(10, int), "^y: the privae synthesizer is unconditional"),
     ("dpgan", {}, np.zeros((10, 8, 8, 1)), None, r"^x: a dpgan synthesizer takes images of shape \[N, 28, 28, 1\], "
                                                  r"got shape \[10, 8, 8, 1\]$"),

@@ -14,6 +14,7 @@ set the noise (calibrated from `epsilon`) or configure the evaluation.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 import shutil
@@ -119,8 +120,7 @@ class Synthesizer:
         >>> import tfpriv
         >>> from tfpriv.data import load_dataset
         >>> x = load_dataset("digits").x_train
-        >>> s = tfpriv.synthesizer("privae", epsilon=3.0, epochs=1, seed=0)
-        >>> s.fit(x)
+        >>> s = tfpriv.synthesizer("privae", epsilon=3.0, epochs=1, seed=0).fit(x)
         >>> s.sample(10, seed=1).shape
         (10, 8, 8, 1)
     """
@@ -128,7 +128,7 @@ class Synthesizer:
     def __init__(self, name: str, epsilon: float, delta: float | None = None, **settings):
         if name not in NAMES:
             raise ConfigError(f"name: must be one of {', '.join(NAMES)}, got {name!r}")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not (
                 math.isfinite(epsilon) and epsilon > 0):
             raise ConfigError(f"epsilon: must be a positive finite number, got {epsilon!r}")
         self.name, self.target_epsilon, self.target_delta = name, float(epsilon), delta
@@ -192,10 +192,9 @@ class Synthesizer:
         if not np.all(np.isfinite(x)):
             raise UsageError("x: has NaN or infinite values")
         kind = "image" if x.ndim == 4 else "tabular"
-        likelihood = "bernoulli" if kind == "image" else "gaussian"
-        if self.settings.get("likelihood", "auto") not in ("auto", "bernoulli"):
-            likelihood = self.settings["likelihood"]
-        if (gan or likelihood == "bernoulli") and (x.min() < 0 or x.max() > 1):
+        likelihood = "bernoulli" if kind == "image" else "gaussian"  # the data's; a `likelihood` setting wins
+        requested = self.settings.get("likelihood", "auto")
+        if (gan or (likelihood if requested == "auto" else requested) == "bernoulli") and (x.min() < 0 or x.max() > 1):
             raise UsageError("x: values must be in [0, 1]" + ("" if gan else " for likelihood='bernoulli' "
                                                                   "(give likelihood='gaussian' otherwise)"))
         labels, num_classes = {}, {}
@@ -269,10 +268,20 @@ class Synthesizer:
         results = self._fitted("save")
         if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
             raise UsageError(f"directory: {directory} exists and is not an empty folder")
-        shutil.copytree(self.run_dir, directory, dirs_exist_ok=True)
         results = {**results, "saved_model": {**results["saved_model"],
                                               "path": os.path.join(directory, SAVED_MODEL_DIR)}}
-        write_results(directory, results)
+        parent = os.path.dirname(os.path.abspath(directory))
+        try:  # copied to a temporary folder, renamed into place: no half-written run folder
+            os.makedirs(parent, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(directory))}.tmp-", dir=parent)
+            try:
+                shutil.copytree(self.run_dir, tmp, dirs_exist_ok=True)
+                write_results(tmp, results)
+                os.replace(tmp, directory)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError as exc:
+            raise UsageError(f"directory: cannot write {directory} ({exc.strerror or exc})") from None
         return directory
 
 
