@@ -28,6 +28,10 @@ SERVE = r"""
 import json, sys
 import numpy as np
 import tensorflow as tf
+try:  # Keras 2, in which the .keras files were written: tf_keras on TF >= 2.16
+    import tf_keras as keras
+except ImportError:  # TF 2.15, whose own Keras is Keras 2
+    keras = getattr(tf, "keras")
 
 cases, loaded, out = json.load(open(sys.argv[1])), {}, {}
 for key, case in cases.items():

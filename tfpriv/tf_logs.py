@@ -40,6 +40,15 @@ def filtered(text: str, level: int) -> str:
     return "".join(kept)
 
 
+_console = None  # while `import_tensorflow` captures fd 2: a duplicate of the real stderr
+
+
+def console_fd() -> int:
+    """The file descriptor of the process's real stderr, also while TensorFlow's import is captured
+    (a signal handler that prints during the import writes here)."""
+    return 2 if _console is None else _console
+
+
 def import_tensorflow() -> None:
     """Imports TensorFlow, filtering what it writes to stderr meanwhile (see the module docstring).
     Only the command line calls it (`tfpriv.cli.launch`): importing tfpriv as a library leaves the
@@ -48,15 +57,18 @@ def import_tensorflow() -> None:
     if "tensorflow" in sys.modules or level == 0:
         import tensorflow  # noqa: F401
         return
+    global _console
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)
+        _console = saved
         try:
             import tensorflow  # noqa: F401
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
+            _console = None
             os.close(saved)
             capture.seek(0)
             sys.stderr.write(filtered(capture.read().decode(errors="replace"), level))

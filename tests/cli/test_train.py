@@ -274,7 +274,7 @@ CONSOLE_SCRIPT = "import sys; from tfpriv.cli.launch import entry_point; sys.exi
 
 def test_the_console_script_is_the_launcher():
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"tfpriv-train": "tfpriv.cli.launch:entry_point"}
+    assert scripts == {"tfpriv": "tfpriv.cli.launch:entry_point", "tfpriv-train": "tfpriv.cli.launch:entry_point"}
 
 
 @pytest.mark.parametrize("command", [[TRAIN], ["-c", CONSOLE_SCRIPT]], ids=["train.py", "tfpriv-train"])

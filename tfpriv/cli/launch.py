@@ -13,9 +13,12 @@ import sys
 
 
 def interrupted_while_starting(signum, frame) -> None:
-    """SIGINT before any run started: one line, exit 130 (nothing was written yet)."""
-    sys.stderr.write("interrupted while starting (nothing was written)\n")
+    """SIGINT before any run started: one line on the real stderr (TensorFlow's import may be
+    capturing fd 2, `tfpriv.tf_logs`), exit 130 (nothing was written yet)."""
     sys.stderr.flush()
+    tf_logs = sys.modules.get("tfpriv.tf_logs")
+    fd = tf_logs.console_fd() if tf_logs is not None else 2
+    os.write(fd, b"interrupted while starting (nothing was written)\n")
     os._exit(130)  # not an exception: it would unwind through TensorFlow's import machinery
 
 
