@@ -112,3 +112,11 @@ def test_unknown_accountant_is_refused():
     from tfpriv.privacy.accounting import epsilon_for
     with pytest.raises(ConfigError, match="accountant"):
         epsilon_for([(0.01, 1.0, 10)], 1e-5, accountant="moments")
+
+
+def test_a_noise_multiplier_too_small_for_pld_is_refused_naming_the_accountant():
+    """Issue 31 (robustness): PLD cannot discretise a noise multiplier of 1e-30; that is one ConfigError
+    naming the accountant (exit 2 on the command line), not a crash. RDP still gives its (huge) epsilon."""
+    with pytest.raises(ConfigError, match="^accountant: pld cannot account noise multiplier 1e-30"):
+        acc.epsilon_for([(0.05, 1e-30, 10)], 1e-5, accountant="pld")
+    assert acc.epsilon_for([(0.05, 1e-30, 10)], 1e-5) > 1e30

@@ -63,7 +63,11 @@ def epsilon_for(segments: Iterable[Segment], delta: float, orders: Sequence[floa
             continue
         if noise <= 0:
             return math.inf
-        acc.compose(_event(q, noise, int(steps)))
+        try:
+            acc.compose(_event(q, noise, int(steps)))
+        except (ValueError, MemoryError, OverflowError) as exc:  # PLD: too many buckets to discretise
+            raise ConfigError(f"accountant: {accountant} cannot account noise multiplier {noise:g} at sampling rate "
+                              f"{q:g} ({exc}); use the rdp accountant") from None
         any_step = True
     if not any_step:
         return 0.0
