@@ -277,6 +277,20 @@ def test_the_console_script_is_the_launcher():
     assert scripts == {"tfpriv": "tfpriv.cli.launch:entry_point", "tfpriv-train": "tfpriv.cli.launch:entry_point"}
 
 
+def interrupt_when(proc: subprocess.Popen, ready, wait: float, poll: float) -> tuple[str, str]:
+    """Sends SIGINT to `proc` once `ready()` holds (within `wait` seconds); its (stdout, stderr)."""
+    try:
+        deadline = time.time() + wait
+        while not ready() and time.time() < deadline and proc.poll() is None:
+            time.sleep(poll)
+        assert ready(), proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.parametrize("command", [[TRAIN], ["-c", CONSOLE_SCRIPT]], ids=["train.py", "tfpriv-train"])
 def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path, command):
     # was a KeyboardInterrupt traceback from inside `import tensorflow`
@@ -284,16 +298,7 @@ def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path, command):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.Popen([sys.executable, *command, f"--output_dir={out}"], cwd=REPO_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 120
-        while not loaded_tensorflow(proc.pid) and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.005)
-        assert loaded_tensorflow(proc.pid), proc.communicate()[1][-2000:]
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stdout, stderr = interrupt_when(proc, lambda: loaded_tensorflow(proc.pid), wait=120, poll=0.005)
     assert proc.returncode == 130, stderr[-2000:]
     assert error_lines(stderr) == ["interrupted while starting (nothing was written)"]
     assert stdout == "" and not out.exists()
@@ -306,16 +311,7 @@ def test_ctrl_c_during_training_stops_with_one_line_and_the_run_resumes(tmp_path
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.Popen([sys.executable, TRAIN, *args], cwd=REPO_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 240
-        while not (out / "checkpoints" / "checkpoint").exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert (out / "checkpoints" / "checkpoint").exists(), proc.communicate()[1][-2000:]
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stdout, stderr = interrupt_when(proc, lambda: (out / "checkpoints" / "checkpoint").exists(), wait=240, poll=0.2)
     assert proc.returncode == 130, stderr[-2000:]
     assert error_lines(stderr) == [f"interrupted: checkpoints are in {out}/checkpoints; run the same command "
                                    "again (same --output_dir) to resume"], stderr[-2000:]
