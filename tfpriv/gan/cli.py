@@ -203,6 +203,7 @@ class GanRun(pipeline.TrainingRun):
         # record their seeds); this seed only fixes initialisation and latents.
         self.seed_from_os = self.s.seed is None
         self.seed = int(self.s.seed) if self.s.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        self.protocol_record = None  # results.json's `evaluation`, once `evaluate` has scored the generator
 
     def check_data_source(self) -> None:
         """The dataset is one the GAN's 28x28 architecture and its evaluation classifier are for."""
@@ -231,7 +232,7 @@ class GanRun(pipeline.TrainingRun):
     def planned(self, plan) -> None:
         """A resumed run keeps the training set it started with (a protocol change would move the
         validation split in or out of the GAN's data)."""
-        path = os.path.join(self.output_dir, "privacy_plan.json")
+        path = os.path.join(self.train_dir, "privacy_plan.json")
         if pipeline.checkpoint_position(self.train_dir)[0] and os.path.isfile(path):
             with open(path) as f:
                 before = json.load(f).get("num_examples")
