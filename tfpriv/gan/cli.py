@@ -120,6 +120,8 @@ MODEL_DEFAULTS = {
     "dpgan": dict(critic_steps=5, batch_size=64, learning_rate=5e-5, l2_norm_clip=1.0, noise_multiplier=1.0,
                   epochs=20, clipping="fast", gan_optimizer="rmsprop"),
 }
+
+
 def _default_downstream_epochs(values: dict) -> int:
     from tfpriv.metrics import dpimagebench
     return dpimagebench.EPOCHS if values["eval_protocol"] == "dpimagebench" else 3
@@ -204,6 +206,7 @@ class GanRun(pipeline.TrainingRun):
         self.seed_from_os = self.s.seed is None
         self.seed = int(self.s.seed) if self.s.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.protocol_record = None  # results.json's `evaluation`, once `evaluate` has scored the generator
+        self.validation = None  # dpimagebench: the private validation split (images, labels), set by `load`
 
     def check_data_source(self) -> None:
         """The dataset is one the GAN's 28x28 architecture and its evaluation classifier are for."""
@@ -219,7 +222,6 @@ class GanRun(pipeline.TrainingRun):
         validation split (`self.validation`), so the GAN and its accountant see N - 5,000 examples."""
         from tfpriv.data import load_dataset
         data = load_dataset(self.s.dataset, self.s.data_dir)
-        self.validation = None
         if self.s.eval_protocol != "dpimagebench":
             return data
         from tfpriv.metrics import dpimagebench
