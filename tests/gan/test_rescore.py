@@ -10,6 +10,23 @@ from tfpriv.gan.wgan_gp import make_dpwgan_gp
 TINY = ["--classifier_depth=8", "--downstream_epochs=1", "--downstream_samples=24"]
 
 
+@pytest.fixture(autouse=True)
+def _small_test_split(monkeypatch):
+    """The first 500 test images (scoring all 10,000 takes most of a tiny re-score's time); the
+    training split, which holds the validation split, stays whole."""
+    import dataclasses
+
+    import tfpriv.data
+    load = tfpriv.data.load_dataset
+
+    def load_small(*args, **kwargs):
+        data = load(*args, **kwargs)
+        return dataclasses.replace(data, x_test=data.x_test[:500],
+                                   labels_test={k: v[:500] for k, v in data.labels_test.items()})
+
+    monkeypatch.setattr(tfpriv.data, "load_dataset", load_small)
+
+
 def make_run(path, held_out: bool, num_classes: int | None = 10, epsilon: float = 2.0):
     """A finished run folder: a tiny (untrained) generator, gan.json and the results.json keys re-scoring reads."""
     model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=num_classes, seed=0)
