@@ -186,7 +186,7 @@ def evaluate(images: np.ndarray, labels: np.ndarray, test_images: np.ndarray, te
     part (noiseless: no private data), score the test set once. Returns the record (per classifier
     and the mean), without the training run's epsilon (`composed_epsilon`)."""
     if len(images) < SYNTHETIC_VALIDATION_FRACTION:
-        raise UsageError(f"num_samples: the protocol needs at least {SYNTHETIC_VALIDATION_FRACTION} synthetic "
+        raise UsageError(f"images: the protocol needs at least {SYNTHETIC_VALIDATION_FRACTION} synthetic "
                          f"examples, got {len(images)}")
     if epochs < 1:
         raise UsageError(f"epochs: must be >= 1, got {epochs}")
