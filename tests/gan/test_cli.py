@@ -41,6 +41,15 @@ def _parsed():
     ("dpwgan_gp", {"dataset": "adult"}, "--dataset: must be one of mnist, fashion_mnist"),
     ("dpgan", {"epsilon": 3.0, "noise_multiplier": 1.0}, "--noise_multiplier: cannot be combined with --epsilon"),
     ("dpgan", {"aggregation": "none", "epsilon": 3.0}, "--epsilon: only applies to private training"),
+    ("dpgan", {"eval_protocol": "fid"}, "--eval_protocol: must be one of tfpriv, dpimagebench, got 'fid'"),
+    ("dpgan", {"eval_protocol": "dpimagebench"}, "--eval_protocol: dpimagebench trains classifiers on labelled samples "
+                                                 "and needs --conditional"),
+    ("dpgan", {"selection_epsilon": 1.0}, "--selection_epsilon: only applies to --eval_protocol=dpimagebench"),
+    ("dpgan", {"classifier_depth": 20}, "--classifier_depth: only applies to --eval_protocol=dpimagebench"),
+    ("dpgan", {"eval_protocol": "dpimagebench", "conditional": True, "selection_epsilon": 0.0},
+     "--selection_epsilon: must be a positive finite number, got 0.0"),
+    ("dpgan", {"eval_protocol": "dpimagebench", "conditional": True, "downstream_samples": 11},
+     "--downstream_samples: must be >= 12 with --eval_protocol=dpimagebench, got 11"),
 ])
 def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, model, overrides, message):
     out = tmp_path / "run"
@@ -165,3 +174,69 @@ def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_pat
     assert sorted(fitted) == ["test", "train"]
     assert {"inception_score_public", "frechet_distance_public"} <= set(metrics)
     assert metrics["inception_score_public"] != metrics["inception_score"]
+
+
+def test_dpimagebench_protocol_holds_the_validation_split_out_of_the_gans_data(data_dir):
+    """The GAN trains on the 55,000 examples outside the private validation split, and its plan
+    (what the accountant composes) has N = 55,000; the default protocol keeps all 60,000."""
+    from tfpriv.data import load_dataset
+    from tfpriv.metrics import dpimagebench
+    full = load_dataset("fashion_mnist", str(data_dir))
+    train, val = dpimagebench.validation_split(60000)
+    common = dict(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2, latent_size=4,
+                  batch_size=500, conditional=True, seed=0)
+    run = cli.GanRun(read_settings(cli.JOB, FLAGS, eval_protocol="dpimagebench", **common), "unused")
+    plan = run.setup()
+    images, labels = run.built.arrays
+    assert plan.num_examples == len(images) == 55000 and plan.sampling_rate == pytest.approx(500 / 55000)
+    assert np.array_equal(images, full.x_train[train]) and np.array_equal(labels, full.labels_train["label"][train])
+    assert np.array_equal(run.validation[0], full.x_train[val]) and not set(train) & set(val)
+    default = cli.GanRun(read_settings(cli.JOB, FLAGS, **common), "unused")
+    assert default.setup().num_examples == 60000 and default.validation is None
+
+
+def test_downstream_epochs_default_follows_the_protocol():
+    assert read_settings(cli.JOB, FLAGS, model="dpgan").downstream_epochs == 3
+    s = read_settings(cli.JOB, FLAGS, model="dpgan", eval_protocol="dpimagebench", conditional=True)
+    assert s.downstream_epochs == 50 and s.classifier_depth == 110 and s.selection_epsilon is None
+
+
+def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon(tmp_path, data_dir, capsys,
+                                                                                 monkeypatch):
+    """A tiny run under --eval_protocol=dpimagebench: N = 55,000 in the accounted epsilon, the
+    evaluation record with the selection's noise and epsilon added, every output in the release
+    list; resuming the folder under the other protocol is refused (exit 2) before training."""
+    from tests.cli.helpers import assert_one_line_error, train_py
+    from tests.test_release_list import release_table, tiny_classifier, written
+    from tfpriv.privacy.accounting import epsilon_for
+    monkeypatch.setattr(cli, "_classifier", lambda s: tiny_classifier())
+    out = tmp_path / "run"
+    common = ["--model=dpgan", "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--capacity=2", "--latent_size=4",
+              "--batch_size=500", "--epochs=1", "--eval_every=0", "--num_samples=20", "--conditional",
+              "--downstream_samples=48", "--downstream_epochs=2", f"--output_dir={out}", "--verbose=0"]
+    proc = train_py(*common, "--max_steps=2", "--eval_protocol=dpimagebench", "--classifier_depth=8",
+                    "--selection_epsilon=0.3", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stored = json.load(open(out / "results.json"))
+    assert stored["num_examples"] == 55000 and stored["sampling_rate"] == pytest.approx(500 / 55000)
+    accounted = epsilon_for([(stored["sampling_rate"], stored["effective_noise_multiplier"], stored["steps"])],
+                            stored["delta"])
+    assert stored["epsilon"] == pytest.approx(accounted)
+    ev = stored["evaluation"]
+    assert ev["protocol"] == "dpimagebench" and ev["validation_split"] == {"examples": 5000, "seed": 0,
+                                                                          "held_out": True}
+    assert ev["selection"]["mode"] == "private_validation" and ev["selection"]["validation_examples"] == 5000
+    assert ev["selection"]["noise_std"] == pytest.approx(np.sqrt(2) / 0.3)
+    assert ev["epsilon_training"] == stored["epsilon"] and ev["epsilon_selection"] == pytest.approx(0.3)
+    assert ev["epsilon_total"] == pytest.approx(stored["epsilon"] + 0.3) and ev["delta"] == stored["delta"]
+    assert list(ev["classifiers"]) == ["resnet"] and ev["classifiers"]["resnet"]["train_examples"] == 44
+    assert stored["metrics"]["dpimagebench_accuracy"] == ev["accuracy"]
+    assert "downstream_accuracy" not in stored["metrics"] and "Inception-V3" in ev["fidelity"]
+    assert f"= {stored['epsilon'] + 0.3:.4g} at delta" in proc.stdout
+    missing = sorted(o for o in written(out) if o not in release_table()["dpgan"])
+    assert not missing, missing
+    before = (out / "results.json").read_text()
+    proc = train_py(*common, "--max_steps=4", capsys=capsys)
+    assert_one_line_error(proc, "--eval_protocol")
+    assert "trained on 55000 examples, this one would train on 60000" in proc.stderr
+    assert (out / "results.json").read_text() == before

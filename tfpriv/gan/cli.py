@@ -28,6 +28,7 @@ from tfpriv.training.tuner import Objective
 MODELS = ("dpwgan_gp", "dpgan")
 IMAGE_DATASETS = ("mnist", "fashion_mnist")
 GAN_OPTIMIZERS = ("rmsprop", "adam")
+EVAL_PROTOCOLS = ("tfpriv", "dpimagebench")
 
 flags.DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
 flags.DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
@@ -50,8 +51,19 @@ flags.DEFINE_string("generator_path", None, "--mode=sample: a GAN run directory 
 flags.DEFINE_integer("eval_every", 1, "Score the generator every N epochs for the IS-vs-epsilon curve (0: only at the end).")
 flags.DEFINE_integer("eval_every_steps", 0, "Score every N critic steps instead of every --eval_every epochs (0: off).")
 flags.DEFINE_integer("eval_samples", 2000, "Samples per intermediate score.")
-flags.DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic examples the downstream CNN is trained on.")
-flags.DEFINE_integer("downstream_epochs", 3, "Conditional: epochs of the downstream CNN.")
+flags.DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic examples the downstream classifier(s) "
+                     "are trained on (--eval_protocol=dpimagebench: the first n - n // 12 of them).")
+flags.DEFINE_integer("downstream_epochs", None, "Conditional: epochs of the downstream classifier(s) (default: 3 for "
+                     "--eval_protocol=tfpriv, 50 for dpimagebench as in DPImageBench).")
+flags.DEFINE_string("eval_protocol", "tfpriv", "Conditional: tfpriv (a small CNN trained on the samples, its last "
+                    "epoch scored on the test split) or dpimagebench (DPImageBench's: 5,000 training examples held "
+                    "out of the GAN's training as a private validation split, its ResNet trained on the samples, the "
+                    "epoch chosen on that split with a noisy count, the test split scored once; docs/dpimagebench.md).")
+flags.DEFINE_float("selection_epsilon", None, "--eval_protocol=dpimagebench: epsilon of each classifier's noisy "
+                   "epoch selection (Laplace noise of scale 1/epsilon on the count of correct validation "
+                   "predictions), added to the run's epsilon (default: the run's epsilon, DPImageBench's rule).")
+flags.DEFINE_integer("classifier_depth", 110, "--eval_protocol=dpimagebench: depth of DPImageBench's ResNet "
+                     "(6n + 2; 110 is DPImageBench's).")
 flags.DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
 flags.DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
 flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers, used only where tfpriv's "
@@ -86,6 +98,9 @@ class GanSettings(PrivateSettings):
     eval_samples: int
     downstream_samples: int
     downstream_epochs: int
+    eval_protocol: str
+    selection_epsilon: float | None
+    classifier_depth: int
     max_minutes: float
     max_steps: int
     classifier_cache_dir: str | None
@@ -105,7 +120,15 @@ MODEL_DEFAULTS = {
     "dpgan": dict(critic_steps=5, batch_size=64, learning_rate=5e-5, l2_norm_clip=1.0, noise_multiplier=1.0,
                   epochs=20, clipping="fast", gan_optimizer="rmsprop"),
 }
-COMMON_DEFAULTS = dict(dataset="mnist", aggregation="micro", num_samples=10000)
+
+
+def _default_downstream_epochs(values: dict) -> int:
+    from tfpriv.metrics import dpimagebench
+    return dpimagebench.EPOCHS if values["eval_protocol"] == "dpimagebench" else 3
+
+
+COMMON_DEFAULTS = dict(dataset="mnist", aggregation="micro", num_samples=10000,
+                       downstream_epochs=_default_downstream_epochs)
 
 
 def validate(s: GanSettings) -> None:
@@ -143,6 +166,7 @@ def validate(s: GanSettings) -> None:
     need("eval_samples", s.eval_samples >= 10, ">= 10", s.eval_samples)
     need("downstream_samples", s.downstream_samples >= 10, ">= 10", s.downstream_samples)
     need("downstream_epochs", s.downstream_epochs >= 1, ">= 1", s.downstream_epochs)
+    validate_protocol(s)
     need("max_minutes", math.isfinite(s.max_minutes) and s.max_minutes >= 0, "a finite number >= 0", s.max_minutes)
     need("max_steps", s.max_steps >= 0, ">= 0", s.max_steps)
     if s.model == "dpwgan_gp" and s.aggregation == "micro" and s.clipping == "fast" and s.gp_weight > 0:
@@ -153,6 +177,26 @@ def validate(s: GanSettings) -> None:
              s.noise_multiplier)
 
 
+def validate_protocol(s: GanSettings) -> None:
+    """--eval_protocol and the flags only it reads."""
+    from tfpriv.metrics import dpimagebench, resnet
+    need("eval_protocol", s.eval_protocol in EVAL_PROTOCOLS, f"one of {', '.join(EVAL_PROTOCOLS)}", repr(s.eval_protocol))
+    if s.eval_protocol != "dpimagebench":
+        for name in ("selection_epsilon", "classifier_depth"):
+            if name in s.given:
+                raise UsageError(f"--{name}: only applies to --eval_protocol=dpimagebench")
+        return
+    if not s.conditional:
+        raise UsageError("--eval_protocol: dpimagebench trains classifiers on labelled samples and needs --conditional "
+                         "(every generator DPImageBench benchmarks is class-conditional)")
+    need("selection_epsilon", s.selection_epsilon is None or (math.isfinite(s.selection_epsilon)
+                                                              and s.selection_epsilon > 0),
+         "a positive finite number", s.selection_epsilon)
+    resnet.check_depth(s.classifier_depth)  # its `depth` is --classifier_depth (JOB.flag_names)
+    need("downstream_samples", s.downstream_samples >= dpimagebench.SYNTHETIC_VALIDATION_FRACTION,
+         f">= {dpimagebench.SYNTHETIC_VALIDATION_FRACTION} with --eval_protocol=dpimagebench", s.downstream_samples)
+
+
 class GanRun(pipeline.TrainingRun):
     def validate(self) -> None:
         self.check_data_source()
@@ -161,6 +205,8 @@ class GanRun(pipeline.TrainingRun):
         # record their seeds); this seed only fixes initialisation and latents.
         self.seed_from_os = self.s.seed is None
         self.seed = int(self.s.seed) if self.s.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        self.protocol_record = None  # results.json's `evaluation`, once `evaluate` has scored the generator
+        self.validation = None  # dpimagebench: the private validation split (images, labels), set by `load`
 
     def check_data_source(self) -> None:
         """The dataset is one the GAN's 28x28 architecture and its evaluation classifier are for."""
@@ -172,8 +218,29 @@ class GanRun(pipeline.TrainingRun):
         return None if self.seed_from_os else self.seed
 
     def load(self):
+        """The dataset; under --eval_protocol=dpimagebench its training split without the private
+        validation split (`self.validation`), so the GAN and its accountant see N - 5,000 examples."""
         from tfpriv.data import load_dataset
-        return load_dataset(self.s.dataset, self.s.data_dir)
+        data = load_dataset(self.s.dataset, self.s.data_dir)
+        if self.s.eval_protocol != "dpimagebench":
+            return data
+        from tfpriv.metrics import dpimagebench
+        train, val = dpimagebench.validation_split(len(data.x_train))
+        labels = data.labels_train["label"]
+        self.validation = (data.x_train[val], labels[val])
+        return dataclasses.replace(data, x_train=data.x_train[train],
+                                   labels_train={k: v[train] for k, v in data.labels_train.items()})
+
+    def planned(self, plan) -> None:
+        """A resumed run keeps the training set it started with (a protocol change would move the
+        validation split in or out of the GAN's data)."""
+        path = os.path.join(self.train_dir, "privacy_plan.json")
+        if pipeline.checkpoint_position(self.train_dir)[0] and os.path.isfile(path):
+            with open(path) as f:
+                before = json.load(f).get("num_examples")
+            if before is not None and before != plan.num_examples:
+                raise UsageError(f"--eval_protocol: the run in --output_dir trained on {before} examples, this one would "
+                                 f"train on {plan.num_examples}; resume it with the --eval_protocol it started with")
 
     def build(self, data) -> Built:
         from tfpriv.compat import keras
@@ -267,7 +334,18 @@ class GanRun(pipeline.TrainingRun):
             _, public_features = classifier_outputs(public, self.data.x_test)
             scores = evaluation.sample_scores(public, images, public_features, gen_labels)
             metrics.update({f"{name}_public": value for name, value in scores.items()})
-        if s.conditional:
+        self.protocol_record = {"protocol": s.eval_protocol}
+        if s.conditional and s.eval_protocol == "dpimagebench":
+            synth, synth_labels = evaluation.generate_samples(model, s.downstream_samples, seed=self.seed + 3)
+            self.protocol_record = evaluation.dpimagebench_record(
+                synth, synth_labels, self.data, validation=self.validation, held_out=True,
+                training_epsilon=fit["epsilon"], delta=self.plan.delta, selection_epsilon=s.selection_epsilon,
+                depth=s.classifier_depth, epochs=s.downstream_epochs, seed=self.seed,
+                noise_seed=None if self.seed_from_os else self.seed + 4, verbose=s.verbose,
+                progress=lambda m: progress(s, m))
+            metrics["dpimagebench_accuracy"] = self.protocol_record["accuracy"]
+            print(evaluation.protocol_line(self.protocol_record), flush=True)
+        elif s.conditional:
             progress(s, f"training the downstream CNN on {s.downstream_samples} synthetic examples "
                         f"({s.downstream_epochs} epochs) ...")
             synth, synth_labels = evaluation.generate_samples(model, s.downstream_samples, seed=self.seed + 3)
@@ -294,6 +372,7 @@ class GanRun(pipeline.TrainingRun):
                                         if fit["train_seconds"] > fit["scoring_seconds"] else None),
             "limit_reached": fit["limit_reached"],
             "eval_seconds": self.eval_seconds, "accounting": "RDP, one Poisson-sampled Gaussian per critic step",
+            "evaluation": self.protocol_record,
         }
         if s.model == "dpgan" and plan.config.private:
             out["dpgan_privacy_comparison"] = privacy_comparison(
@@ -363,11 +442,13 @@ TUNING = FamilyTuning(
                 Objective("frechet_distance", "min", {"frechet_distance_public": 1.0}, reads="test"),
                 Objective("downstream_accuracy", "max", reads="test"),
                 Objective("label_agreement", "max", {"label_agreement_public": 1.0}, reads="test")),
-    trial_settings={"public_scores": True})
+    # Trials run the tfpriv protocol: dpimagebench's noisy selection reads the private validation
+    # split, which the tuning job's accounting (training events only) does not cover.
+    trial_settings={"public_scores": True, "eval_protocol": "tfpriv"})
 
 JOB = Job(
     names=MODELS, settings_type=GanSettings, run=run, sample=sample,
     training_run=GanRun, tuning=TUNING,
-    defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS,
+    defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS, flag_names={"depth": "classifier_depth"},
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )

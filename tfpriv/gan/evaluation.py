@@ -4,7 +4,8 @@ Inception score and Frechet distance use the project's evaluation classifier of 
 (`tfpriv.metrics.eval_classifier`): IS on the classifier's probabilities of n samples (10
 splits), FD between its penultimate features of the samples and of the real test set.
 Downstream accuracy (conditional models): a fresh CNN of the same architecture trained only on
-labelled synthetic samples, tested on the real test set.
+labelled synthetic samples, tested on the real test set (`--eval_protocol=tfpriv`), or
+DPImageBench's protocol (`dpimagebench_record`, `tfpriv.metrics.dpimagebench`).
 """
 from __future__ import annotations
 
@@ -66,6 +67,42 @@ def downstream_accuracy(images: np.ndarray, labels: np.ndarray, x_test: np.ndarr
     _, acc = model.evaluate(x_test, np.asarray(y_test), batch_size=1000, verbose=0)
     return {"downstream_accuracy": float(acc), "downstream_train_examples": int(len(images)),
             "downstream_epochs": epochs, "downstream_seconds": time.time() - start}
+
+
+FIDELITY_NOTE = ("inception_score and frechet_distance are the project's: computed with its evaluation classifier "
+                 "of the dataset, not Inception-V3 (DPImageBench's FID and IS need Inception-V3 weights, which are "
+                 "not available offline: not computed)")
+
+
+def dpimagebench_record(images: np.ndarray, labels: np.ndarray, data, *, validation, held_out: bool,
+                        training_epsilon: float, delta: float, selection_epsilon: float | None = None,
+                        prior_selection_epsilon: float = 0.0, **protocol) -> dict:
+    """results.json's `evaluation` under DPImageBench's protocol for a conditional generator's
+    labelled samples: `tfpriv.metrics.dpimagebench.evaluate` on the real test split of `data`, with
+    the epsilon it adds. `validation`: the private validation split (images, labels) held out of
+    the generator's training (`held_out`), or None (selection on synthetic validation images: no
+    private data, no epsilon). `selection_epsilon` None: DPImageBench's rule, the generator's
+    epsilon. `prior_selection_epsilon`: what earlier selections on the same split spent."""
+    from tfpriv.metrics import dpimagebench
+    eps_sel = training_epsilon if selection_epsilon is None else selection_epsilon
+    record = dpimagebench.evaluate(images, labels, data.x_test, data.labels_test["label"], validation=validation,
+                                   selection_epsilon=eps_sel, **protocol)
+    spent = prior_selection_epsilon + record["selection"]["epsilon"]
+    return {
+        "protocol": "dpimagebench", **record,
+        "validation_split": {"examples": dpimagebench.VALIDATION_EXAMPLES, "seed": dpimagebench.SPLIT_SEED,
+                             "held_out": held_out},
+        "epsilon_training": training_epsilon, "epsilon_selection": spent,
+        "epsilon_total": training_epsilon + spent, "delta": delta,  # basic composition (pure-DP selections)
+        "fidelity": FIDELITY_NOTE,
+    }
+
+
+def protocol_line(record: dict) -> str:
+    """What a dpimagebench evaluation record says, with its epsilon as the parts add up."""
+    return (f"dpimagebench ({record['selection']['mode'].replace('_', ' ')}): accuracy {record['accuracy']:.4f}; "
+            f"epsilon = {record['epsilon_training']:.4g} (generator) + {record['epsilon_selection']:.4g} "
+            f"(selection) = {record['epsilon_total']:.4g} at delta = {record['delta']:g}")
 
 
 def save_grid(images: np.ndarray, path: str, labels: np.ndarray | None = None, rows: int = 10, cols: int = 10,

@@ -1,0 +1,95 @@
+import json
+
+import numpy as np
+import pytest
+
+from tfpriv.gan import rescore
+from tfpriv.gan.training import save_generator
+from tfpriv.gan.wgan_gp import make_dpwgan_gp
+
+TINY = ["--classifier_depth=8", "--downstream_epochs=1", "--downstream_samples=24"]
+
+
+@pytest.fixture(autouse=True)
+def _small_test_split(monkeypatch):
+    """The first 500 test images (scoring all 10,000 takes most of a tiny re-score's time); the
+    training split, which holds the validation split, stays whole."""
+    import dataclasses
+
+    import tfpriv.data
+    load = tfpriv.data.load_dataset
+
+    def load_small(*args, **kwargs):
+        data = load(*args, **kwargs)
+        return dataclasses.replace(data, x_test=data.x_test[:500],
+                                   labels_test={k: v[:500] for k, v in data.labels_test.items()})
+
+    monkeypatch.setattr(tfpriv.data, "load_dataset", load_small)
+
+
+def make_run(path, held_out: bool, num_classes: int | None = 10, epsilon: float = 2.0):
+    """A finished run folder: a tiny (untrained) generator, gan.json and the results.json keys re-scoring reads."""
+    model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=num_classes, seed=0)
+    z = model._latent(2)
+    model.generator(model._generator_in(z, np.array([0, 1], np.int32)) if num_classes else z)
+    save_generator(model, str(path), {"model": "dpwgan_gp", "capacity": 2, "latent_size": 4,
+                                      "num_classes": num_classes})
+    results = {"model": "dpwgan_gp", "dataset": "fashion_mnist", "epsilon": epsilon, "delta": 1e-5,
+               "num_examples": 55000 if held_out else 60000, "metrics": {}}
+    if held_out:
+        results["evaluation"] = {"protocol": "dpimagebench", "epsilon_selection": epsilon,
+                                 "validation_split": {"examples": 5000, "seed": 0, "held_out": True}}
+    (path / "results.json").write_text(json.dumps(results))
+    return path
+
+
+def run_main(*args, capsys):
+    code = rescore.main(list(map(str, args)))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_epsilon(tmp_path, data_dir, capsys):
+    run = make_run(tmp_path / "run", held_out=True)
+    args = [f"--run_dir={run}", f"--data_dir={data_dir}", "--selection_epsilon=0.5", *TINY]
+    code, out, err = run_main(*args, capsys=capsys)
+    assert code == 0, err
+    record = json.loads((run / rescore.OUTPUT_FILE).read_text())
+    assert record["selection"]["mode"] == "private_validation" and record["selection"]["validation_examples"] == 5000
+    # the run's own selection (2.0) plus this one (0.5), on top of the generator's 2.0
+    assert record["epsilon_selection"] == pytest.approx(2.5) and record["epsilon_total"] == pytest.approx(4.5)
+    assert "note" not in record and "= 4.5 at delta" in out
+    assert run_main(*args, capsys=capsys)[0] == 0
+    again = json.loads((run / rescore.OUTPUT_FILE).read_text())
+    assert again["epsilon_selection"] == pytest.approx(3.0) and again["epsilon_total"] == pytest.approx(5.0)
+
+
+def test_a_run_without_a_held_out_split_is_scored_with_the_synthetic_selection(tmp_path, data_dir, capsys):
+    run = make_run(tmp_path / "run", held_out=False)
+    code, out, err = run_main(f"--run_dir={run}", f"--data_dir={data_dir}", *TINY, capsys=capsys)
+    assert code == 0, err
+    record = json.loads((run / rescore.OUTPUT_FILE).read_text())
+    assert record["selection"] == {"mode": "synthetic_validation", "validation_examples": 2, "selections": 1,
+                                   "epsilon": 0.0}
+    assert record["validation_split"]["held_out"] is False and record["epsilon_total"] == pytest.approx(2.0)
+    assert "eval.mode=syn" in record["note"] and record["num_examples"] == 60000
+    code, _, err = run_main(f"--run_dir={run}", f"--data_dir={data_dir}", "--selection_epsilon=1", *TINY, capsys=capsys)
+    assert code == 2 and err.strip().splitlines() == [err.strip()] and err.startswith("error: --selection_epsilon:")
+
+
+@pytest.mark.parametrize("case,message", [
+    ("unconditional", "error: --run_dir: the generator in"),
+    ("no_generator", "generator.keras is missing"),
+    ("bad_depth", "error: --classifier_depth: DPImageBench's ResNet"),
+    ("no_folder", "error: --run_dir:"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, data_dir, capsys, case, message):
+    run = make_run(tmp_path / "run", held_out=True, num_classes=None if case == "unconditional" else 10)
+    if case == "no_generator":
+        (run / "generator.keras").unlink()
+    args = [f"--run_dir={tmp_path / 'absent' if case == 'no_folder' else run}", f"--data_dir={data_dir}", *TINY]
+    if case == "bad_depth":
+        args.append("--classifier_depth=9")
+    code, out, err = run_main(*args, capsys=capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (run / rescore.OUTPUT_FILE).exists()

@@ -1,0 +1,100 @@
+import math
+
+import numpy as np
+import pytest
+
+from tfpriv.errors import UsageError
+from tfpriv.metrics import dpimagebench
+from tfpriv.metrics.resnet import resnet
+
+
+def test_validation_split_is_disjoint_fixed_and_covers_the_data():
+    train, val = dpimagebench.validation_split(60000)
+    assert len(val) == 5000 and len(train) == 55000
+    assert not set(train) & set(val) and set(train) | set(val) == set(range(60000))
+    again_train, again_val = dpimagebench.validation_split(60000)
+    assert np.array_equal(train, again_train) and np.array_equal(val, again_val)
+    with pytest.raises(UsageError, match="^num_examples:"):
+        dpimagebench.validation_split(5000)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 10.0])
+def test_noise_scale_and_std_follow_the_documented_formula(epsilon):
+    assert dpimagebench.laplace_scale(epsilon) == pytest.approx(1.0 / epsilon)
+    assert dpimagebench.selection_noise_std(epsilon) == pytest.approx(math.sqrt(2.0) / epsilon)
+    assert dpimagebench.composed_epsilon(3.0, epsilon, 2) == pytest.approx(3.0 + 2 * epsilon)
+
+
+def test_infinite_selection_epsilon_is_noiseless_and_bad_values_are_refused():
+    assert dpimagebench.laplace_scale(math.inf) == 0.0
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(UsageError, match="^selection_epsilon:"):
+            dpimagebench.laplace_scale(bad)
+
+
+def test_noiseless_selection_takes_the_largest_count_and_ties_go_to_the_later_epoch():
+    selection = dpimagebench.NoisySelection(math.inf, np.random.default_rng(0))
+    for count in (3, 7, 5, 7, 2):
+        selection.offer(count)
+    assert selection.selected == 4
+
+
+def test_noisy_selection_picks_with_the_laplace_scale_it_states():
+    """Counts 10 and 8 with epsilon 0.5 (b = 2): the first epoch is kept iff L1 - L2 > -2, whose
+    probability for iid Laplace(b) is 1 - exp(-t/b)(1 + t/(2b))/2 at t = 2, i.e. 0.724 (b = 1: 0.865)."""
+    rng, epsilon, trials = np.random.default_rng(1), 0.5, 20000
+    first = 0
+    for _ in range(trials):
+        selection = dpimagebench.NoisySelection(epsilon, rng)
+        selection.offer(10)
+        selection.offer(8)
+        first += selection.selected == 1
+    b, t = dpimagebench.laplace_scale(epsilon), 2.0
+    expected = 1.0 - 0.5 * math.exp(-t / b) * (1.0 + t / (2.0 * b))
+    assert first / trials == pytest.approx(expected, abs=0.015)
+
+
+class RecordingSelection:
+    """Chooses epoch `pick` and keeps the weights the model held at every offer."""
+
+    def __init__(self, model, pick: int):
+        self.model, self.pick, self.seen = model, pick, []
+
+    def offer(self, correct: int) -> bool:
+        self.seen.append(self.model.get_weights())
+        return len(self.seen) == self.pick
+
+
+def tiny_images(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=(n, 28, 28, 1)).astype(np.float32), np.arange(n) % 10
+
+
+def test_the_selected_epochs_averaged_weights_are_the_ones_kept():
+    images, labels = tiny_images(40)
+    model = resnet(depth=8, seed=0)
+    selection = RecordingSelection(model, pick=2)
+    epoch = dpimagebench.train_and_select(model, images, labels, images[:10], labels[:10], selection, epochs=3)
+    assert epoch == 2 and len(selection.seen) == 3
+    kept = model.get_weights()
+    assert all(np.array_equal(a, b) for a, b in zip(kept, selection.seen[1]))
+    assert not all(np.array_equal(a, b) for a, b in zip(kept, selection.seen[2]))
+
+
+def test_evaluate_records_each_classifier_and_the_selections_epsilon():
+    images, labels = tiny_images(48)
+    test_images, test_labels = tiny_images(20, seed=1)
+    val = tiny_images(30, seed=2)
+    record = dpimagebench.evaluate(images, labels, test_images, test_labels, validation=val, selection_epsilon=0.25,
+                                   depth=8, epochs=2, seed=0, noise_seed=0)
+    resnet_record = record["classifiers"]["resnet"]
+    assert resnet_record["train_examples"] == 44 and resnet_record["selected_epoch"] in (1, 2)
+    assert 0.0 <= record["accuracy"] == resnet_record["test_accuracy"] <= 1.0
+    sel = record["selection"]
+    assert sel["mode"] == "private_validation" and sel["validation_examples"] == 30
+    assert sel["noise_std"] == pytest.approx(math.sqrt(2) / 0.25) and sel["epsilon"] == pytest.approx(0.25)
+    assert record["matches_dpimagebench"] is False
+    synthetic = dpimagebench.evaluate(images, labels, test_images, test_labels, validation=None, depth=8, epochs=1,
+                                      seed=0)
+    assert synthetic["selection"] == {"mode": "synthetic_validation", "validation_examples": 4, "selections": 1,
+                                      "epsilon": 0.0}
