@@ -175,7 +175,7 @@ class Synthesizer:
         return self.results
 
     def _dataset(self, x, y):
-        from tfpriv.data.registry import make_dataset
+        from tfpriv.data.dataset import make_dataset
         try:
             x = np.asarray(x, dtype=np.float32)
         except (TypeError, ValueError):
