@@ -59,7 +59,7 @@ def run_audit(output_dir: str, model=None, config: DPConfig | None = None, x=Non
       extra: more keys for the record (e.g. the job's settings).
       audit_kwargs: passed to `audit_sensitivity` for the given model (e.g. coupling, scales).
     """
-    from tfpriv.training.runner import write_json
+    from tfpriv.files import write_json
     start = time.time()
     configurations = []
     if model is not None:

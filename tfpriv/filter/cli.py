@@ -295,7 +295,7 @@ class FilterRun(pipeline.TrainingRun):
 
     def planned(self, plan) -> None:
         if plan.config.private:  # the guarantee and its scope, before anything is trained
-            from tfpriv.training.runner import write_json
+            from tfpriv.files import write_json
             write_json(os.path.join(self.output_dir, "privacy_plan.json"),
                        {**plan.summary(), "planned_steps": plan.planned_steps, "privacy_scope": PRIVACY_SCOPE,
                         "feature_scaling": self.resolved["feature_scaling"]})

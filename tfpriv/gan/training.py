@@ -14,8 +14,8 @@ from typing import Callable
 
 
 from tfpriv.compat import keras
+from tfpriv.files import write_json
 from tfpriv.gan.base import PrivateWGAN
-from tfpriv.training.results import write_json
 
 GENERATOR_FILE = "generator.keras"
 GAN_CONFIG_FILE = "gan.json"

@@ -21,12 +21,12 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
+from tfpriv.files import write_json
 from tfpriv.models.divergences import Divergence, divergence_from_config
 from tfpriv.models.likelihoods import get_likelihood, mean_of
 from tfpriv.models.priors import Prior, StandardNormal, prior_from_config
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
-from tfpriv.training.results import write_json
 
 LOG_2PI = math.log(2.0 * math.pi)
 

@@ -21,12 +21,12 @@ from tfpriv.compat import keras
 from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
+from tfpriv.files import write_json
 from tfpriv.privacy.accounting import PrivacyLedger, Segment, calibrate_noise, epsilon_for, make_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
-from tfpriv.training.results import write_json
 
 
 @dataclasses.dataclass(frozen=True)

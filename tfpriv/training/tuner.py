@@ -53,9 +53,9 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError
+from tfpriv.files import write_json
 from tfpriv.privacy.accounting import DEFAULT_ORDERS
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
-from tfpriv.training.results import write_json
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
