@@ -13,11 +13,11 @@ from absl import flags
 
 import tfpriv
 from tests.test_trained import tiny_filter_run, tiny_generator_run
-from tfpriv.cli import privae_job
-from tfpriv.cli.job import read_settings
 from tfpriv.compat import keras
 from tfpriv.compat import keras
 from tfpriv.export import SAVED_MODEL_DIR, save_serving
+from tfpriv.jobs.job import read_settings
+from tfpriv.models import cli as privae_job
 from tfpriv.models.vae import VAE
 
 FLAGS = flags.FLAGS

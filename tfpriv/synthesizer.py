@@ -1,6 +1,6 @@
 """Private synthetic data without a training loop: `tfpriv.synthesizer(name, epsilon=..., **settings)`.
 
-A `Synthesizer` runs the family's own command-line job (`tfpriv/cli/privae_job.py`,
+A `Synthesizer` runs the family's own command-line job (`tfpriv/models/cli.py`,
 `tfpriv/gan/cli.py`) on the arrays given to `fit`, not on a named dataset: the same
 `TrainingRun` sequence, `plan_privacy` calibrating the noise to `epsilon` at `delta` for the
 planned epochs, `fit_private`, the ledger, results.json and the SavedModel export. Only the
@@ -43,7 +43,7 @@ _FLAG = re.compile(r"--(?=[A-Za-z_])")
 
 def _job(name: str):
     if name == "privae":
-        from tfpriv.cli import privae_job
+        from tfpriv.models import cli as privae_job
         return privae_job.JOB
     from tfpriv.gan import cli as gan_cli
     return gan_cli.JOB
@@ -55,7 +55,7 @@ def _defaults():
 
     from absl import flags
 
-    from tfpriv.cli.job import tfpriv_flag_modules
+    from tfpriv.jobs.job import tfpriv_flag_modules
     values = flags.FlagValues()
     for module in tfpriv_flag_modules(flags.FLAGS):
         for flag in flags.FLAGS.flags_by_module_dict()[module]:
@@ -216,7 +216,7 @@ class Synthesizer:
         calibrated so that the planned epochs spend `epsilon` at `delta`. Returns the synthesizer.
 
         Example: `tfpriv.synthesizer("dpwgan_gp", epsilon=1.0, epochs=1).fit(images, labels)`."""
-        from tfpriv.cli.job import read_settings
+        from tfpriv.jobs.job import read_settings
         if self.results is not None:
             raise UsageError("fit: the synthesizer is already trained; make a new one to train again")
         dataset = self._dataset(x, y)

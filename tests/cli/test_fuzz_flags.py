@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from tests.cli.helpers import error_lines, subprocess_train_py, train_py
 from tests.conftest import shared_data_dir
 from tfpriv.cli import main as cli_main
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import CONTROL_FLAGS
 from tfpriv.data.registry import DATASETS
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import CONTROL_FLAGS
 
 FLAGS = flags.FLAGS
 

@@ -6,12 +6,12 @@ from absl import flags
 from absl.testing import flagsaver
 
 from tfpriv.cli import main as cli_main
-from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings, tfpriv_flags
-from tfpriv.cli.pipeline import check_privacy_flags
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli as filter_job
 from tfpriv.gan import cli as gan_job
-from tfpriv.cli import privae_job
+from tfpriv.jobs.job import CONTROL_FLAGS, Job, flag_message, read_settings, tfpriv_flags
+from tfpriv.jobs.pipeline import check_privacy_flags
+from tfpriv.models import cli as privae_job
 
 FLAGS = flags.FLAGS
 
@@ -130,8 +130,8 @@ def test_library_parameters_are_shown_as_the_jobs_flags():
 def test_library_errors_name_parameters_not_flags():
     from tfpriv.models.priors import make_prior
     from tfpriv.privacy.config import DPConfig
-    from tfpriv.training.runner import plan_privacy
     from tfpriv.privacy.terms import TermSpec
+    from tfpriv.training.runner import plan_privacy
     with pytest.raises(ConfigError) as err:
         DPConfig(aggregation="micro", l2_norm_clip=0.0)
     assert err.value.param == "l2_norm_clip" and not str(err.value).startswith("--")

@@ -3,7 +3,7 @@
 Bad input (a flag, a file, a shape) prints one line `error: --flag: <why>` on stderr and exits
 with code 2; an output directory this run created is removed, so nothing half-written is left
 behind. Library errors name library parameters; the job maps them to its flags
-(`tfpriv.cli.job.flag_message`). Ctrl-C stops with one line saying how to resume (exit 130).
+(`tfpriv.jobs.job.flag_message`). Ctrl-C stops with one line saying how to resume (exit 130).
 `--help` lists tfpriv's flags (shared, then per job); `--helpfull` lists every flag.
 """
 from __future__ import annotations
@@ -24,14 +24,14 @@ from absl import app, flags
 
 from tfpriv import tf_logs
 from tfpriv.cli import audit as audit_job
-from tfpriv.cli import flags as common_flags
-from tfpriv.cli import pipeline
-from tfpriv.cli import privae_job
 from tfpriv.cli import tuning
-from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli as filter_job
 from tfpriv.gan import cli as gan_job
+from tfpriv.jobs import flags as common_flags
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Job, flag_message, read_settings, tfpriv_flag_modules
+from tfpriv.models import cli as privae_job
 from tfpriv.training import distribute
 
 FLAGS = flags.FLAGS
@@ -42,7 +42,7 @@ JOBS: dict[str, Job] = {name: job for job in JOB_LIST for name in job.names}
 
 HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true", "--helpshort=true")
 # --help: the shared flags, then each job's own (a job's flags are defined in the module of its run()).
-HELP_SECTIONS = {"tfpriv.cli.flags": "shared flags (every model)",
+HELP_SECTIONS = {"tfpriv.jobs.flags": "shared flags (every model)",
                  "tfpriv.cli.audit": "--audit (sensitivity audit of the configured model instead of training)",
                  "tfpriv.cli.tuning": "--tune (hyperparameter tuning: trials are normal runs; epsilon of the whole job)",
                  **{job.run.__module__: f"--model={' | '.join(job.names)} ({job.summary})" for job in JOB_LIST}}

@@ -1,8 +1,8 @@
 """`--model=filter`: stage 1 (VAE, frozen) -> stage 2 (filter game per budget/user) -> stage 3 (evaluation).
 
-The filter's own flags are defined here; the shared ones (tfpriv/cli/flags.py: --dataset,
+The filter's own flags are defined here; the shared ones (tfpriv/jobs/flags.py: --dataset,
 --data_dir, --seed, --latent_dim, --beta, the privacy flags) take the filter's defaults below
-unless given. Stage 1 is the shared job sequence (tfpriv/cli/pipeline.py): plan, `fit_private`
+unless given. Stage 1 is the shared job sequence (tfpriv/jobs/pipeline.py): plan, `fit_private`
 in OUTPUT_DIR/stage1 (checkpoints, TensorBoard logs; a re-run resumes), the trained VAE saved in
 OUTPUT_DIR/vae; stages 2-3 run on its codes and the headline filter is saved in OUTPUT_DIR/filter.
 
@@ -28,12 +28,12 @@ import time
 import numpy as np
 from absl import flags, logging
 
-from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import Job, PrivateSettings
-from tfpriv.cli.pipeline import Built, need, progress
-from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.training.results import guarantee
 from tfpriv.training.tuner import NEUTRAL_KEYS, Objective
 

@@ -1,6 +1,6 @@
 """`--model=dpwgan_gp|dpgan`: train a private GAN, score it, write results.json and sample grids.
 
-The GAN's own flags are defined here; the shared ones (tfpriv/cli/flags.py) take the model's
+The GAN's own flags are defined here; the shared ones (tfpriv/jobs/flags.py) take the model's
 defaults below unless given (004's settings for DP-WGAN-GP, Xie et al.'s for DPGAN).
 
     JOB.run(settings, output_dir) -> results dict      (train, evaluate, write)
@@ -17,12 +17,12 @@ import time
 import numpy as np
 from absl import flags, logging
 
-from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import Job, PrivateSettings
-from tfpriv.cli.pipeline import Built, need, progress
-from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.training.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")

@@ -8,17 +8,17 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import Job, PrivateSettings
-from tfpriv.cli.pipeline import Built, need, progress
-from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
+from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.models.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
                                          parse_hidden)
 from tfpriv.models.divergences import make_divergence

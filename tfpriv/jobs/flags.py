@@ -1,7 +1,7 @@
 """Flags shared by every job. Job-specific flags live beside their jobs (defined once, there).
 
 A flag's default below is the main job's (PriVAE); a job may have its own default for a shared
-flag (its `Job.defaults`, tfpriv/cli/job.py; e.g. --dataset=mnist for the GANs). A value the user
+flag (its `Job.defaults`, tfpriv/jobs/job.py; e.g. --dataset=mnist for the GANs). A value the user
 gives always wins; a shared flag a job does not read is refused rather than ignored.
 """
 from absl import flags

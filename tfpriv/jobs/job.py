@@ -1,8 +1,8 @@
 """The job contract of `train.py`: a `Job` per model family and one shared settings reader.
 
 A family provides
-  * its flags (defined once, in its own module: tfpriv/cli/privae_job.py, tfpriv/gan/cli.py,
-    tfpriv/filter/cli.py; the shared ones are in tfpriv/cli/flags.py),
+  * its flags (defined once, in its own module: tfpriv/models/cli.py, tfpriv/gan/cli.py,
+    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py),
   * a typed settings dataclass whose fields are the flags it reads (`Settings` subclasses),
   * its defaults for shared flags as data (`Job.defaults`, per --model value `Job.model_defaults`),
   * the library parameters whose flag has another name (`Job.flag_names`, e.g. the filter's
@@ -67,7 +67,7 @@ class Job:
     settings_type: type
     run: Callable[[Any, str], dict]
     sample: Callable[[Any, str], dict] | None = None
-    # The job's `tfpriv.cli.pipeline.TrainingRun` class (`--audit` builds its model without training it).
+    # The job's `tfpriv.jobs.pipeline.TrainingRun` class (`--audit` builds its model without training it).
     training_run: type | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Per --model value (e.g. dpgan vs dpwgan_gp); a callable default is computed from the other settings.
@@ -101,7 +101,7 @@ def user_set(flag_values: flags.FlagValues, name: str) -> bool:
 def tfpriv_flag_modules(flag_values: flags.FlagValues) -> list[str]:
     """Modules of tfpriv that define flags, shared flags first."""
     modules = [m for m in flag_values.flags_by_module_dict() if m.startswith("tfpriv.")]
-    return sorted(modules, key=lambda m: (m != "tfpriv.cli.flags", m))
+    return sorted(modules, key=lambda m: (m != "tfpriv.jobs.flags", m))
 
 
 def tfpriv_flags(flag_values: flags.FlagValues) -> list[str]:
