@@ -20,8 +20,7 @@ from typing import Sequence
 from tfpriv.audit.sensitivity import TOLERANCE, audit_sensitivity, passes
 from tfpriv.audit.sweep import Case, default_cases, known_seed_cases, sweep
 from tfpriv.privacy.config import DPConfig
-
-AUDIT_FILE = "audit.json"
+from tfpriv.run_folder import AUDIT_FILE
 
 
 def quick_cases() -> list[Case]:

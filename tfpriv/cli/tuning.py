@@ -33,7 +33,8 @@ from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
-from tfpriv.training.tuner import TRIALS_DIR, TUNERS, TuningJob, privacy_configurations
+from tfpriv.run_folder import TRIALS_DIR
+from tfpriv.training.tuner import TUNERS, TuningJob, privacy_configurations
 
 flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
                      "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "

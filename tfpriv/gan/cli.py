@@ -23,6 +23,7 @@ from tfpriv.jobs import pipeline
 from tfpriv.jobs.job import Job, PrivateSettings
 from tfpriv.jobs.pipeline import Built, need, progress
 from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE, PROGRESS_FILE
 from tfpriv.training.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")
@@ -227,7 +228,7 @@ class GanRun(pipeline.TrainingRun):
         from tfpriv.gan import training
         s = self.s
         self.monitor = training.Monitor(plan.delta, s.eval_every, self.scorer(), plan.config.private,
-                                        os.path.join(self.output_dir, "progress.json"), every_steps=s.eval_every_steps)
+                                        os.path.join(self.output_dir, PROGRESS_FILE), every_steps=s.eval_every_steps)
         self.limit = training.Limit(s.max_minutes or None, s.max_steps or None)
         logging.info("GAN plan: %s", json.dumps(plan.summary(), default=str))
         return [self.monitor, self.limit]
@@ -320,7 +321,6 @@ def run(settings: GanSettings, output_dir: str) -> dict:
 
 
 def _resolve_generator(path: str | None) -> tuple[str, dict]:
-    from tfpriv.gan.training import GAN_CONFIG_FILE, GENERATOR_FILE
     if not path:
         raise UsageError("--output_dir: --mode=sample needs a GAN run folder (or pass --generator_path)")
     directory, file = (path, os.path.join(path, GENERATOR_FILE)) if os.path.isdir(path) else (os.path.dirname(path), path)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 from absl import flags
 
 from tfpriv.errors import UsageError
+from tfpriv.run_folder import CHECKPOINTS_DIR
 
 # Flags that choose what train.py does rather than configure a job.
 CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size", "strategy", "num_cpu_devices",
@@ -73,7 +74,7 @@ class Job:
     # Per --model value (e.g. dpgan vs dpwgan_gp); a callable default is computed from the other settings.
     model_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     flag_names: Mapping[str, str] = dataclasses.field(default_factory=dict)  # library parameter -> flag
-    checkpoint_subdir: str = "checkpoints"  # where a run's checkpoints are, relative to --output_dir
+    checkpoint_subdir: str = CHECKPOINTS_DIR  # where a run's checkpoints are, relative to --output_dir
     summary: str = ""
     tuning: Any = None  # `--tune`'s defaults: a `tfpriv.cli.tuning.FamilyTuning` (space, objectives)
 

@@ -27,6 +27,7 @@ from tfpriv.models.plots import image_grid, pinwheel_figure
 from tfpriv.models.priors import GaussianMixture, make_prior
 from tfpriv.models.vae import VAE, load_vae
 from tfpriv.privacy.config import DPConfig
+from tfpriv.run_folder import VAE_DIR
 from tfpriv.training.tuner import Objective
 
 flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
@@ -174,7 +175,7 @@ class PriVAERun(pipeline.TrainingRun):
 
     def save_model(self) -> None:
         """Saves the trained VAE the run serves (`tfpriv.load`)."""
-        self.built.model.save_vae(os.path.join(self.output_dir, "vae"))
+        self.built.model.save_vae(os.path.join(self.output_dir, VAE_DIR))
 
     def record(self) -> dict:
         s, vae = self.s, self.built.model
@@ -246,7 +247,7 @@ def run(settings: PriVAESettings, output_dir: str) -> dict:
 
 def sample(settings: PriVAESettings, output_dir: str) -> dict:
     """`--mode=sample`: draws --num_samples from the VAE saved in `output_dir/vae`."""
-    path = os.path.join(output_dir, "vae")
+    path = os.path.join(output_dir, VAE_DIR)
     if not os.path.isfile(os.path.join(path, "vae.json")):
         raise UsageError(f"--output_dir: {output_dir} holds no trained VAE (missing vae/vae.json)")
     need("num_samples", settings.num_samples >= 1, ">= 1", settings.num_samples)

@@ -6,6 +6,7 @@ import os
 from typing import Any, Mapping
 
 from tfpriv.files import write_json
+from tfpriv.run_folder import RESULTS_FILE
 
 REQUIRED_KEYS = (
     "model", "dataset", "aggregation", "epsilon", "delta", "noise_multiplier",
@@ -48,4 +49,4 @@ def write_results(output_dir: str, results: Mapping[str, Any]) -> str:
     missing = [k for k in REQUIRED_KEYS if k not in results]
     if missing:
         raise KeyError(f"results.json is missing required keys: {missing}")
-    return write_json(os.path.join(output_dir, "results.json"), _jsonable(results), sort_keys=True, default=None)
+    return write_json(os.path.join(output_dir, RESULTS_FILE), _jsonable(results), sort_keys=True, default=None)
