@@ -29,9 +29,10 @@ import numpy as np
 from absl import flags, logging
 
 from tfpriv.errors import UsageError
+from tfpriv.filter import serving
 from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
 from tfpriv.jobs import pipeline
-from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
 from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.run_folder import CHECKPOINTS_DIR, FILTER_DIR, PRIVACY_PLAN_FILE, STAGE1_DIR, VAE_DIR
@@ -474,3 +475,5 @@ JOB = Job(
     checkpoint_subdir=os.path.join(STAGE1_DIR, CHECKPOINTS_DIR),
     summary="generative privacy filter (stage-1 VAE, per-user filters, evaluation)",
 )
+
+FAMILY = register(Family(JOB, load=serving.load, serving=serving.serving))

@@ -18,9 +18,10 @@ import numpy as np
 from absl import flags, logging
 
 from tfpriv.errors import UsageError
+from tfpriv.gan import serving
 from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
 from tfpriv.jobs import pipeline
-from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
 from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE, PROGRESS_FILE
@@ -371,3 +372,5 @@ JOB = Job(
     defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS,
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )
+
+FAMILY = register(Family(JOB, load=serving.load, serving=serving.serving))

@@ -8,7 +8,8 @@ from absl import flags
 
 MODES = ("train", "sample")
 
-flags.DEFINE_string("model", "privae", "Model to train: privae (= vae), dpwgan_gp, dpgan or filter.")
+flags.DEFINE_string("model", "privae", "Model to train: privae (= vae), dpwgan_gp, dpgan, filter, or a family "
+                    "registered with tfpriv.families.register.")
 flags.DEFINE_string("mode", "train", f"{', '.join(MODES)}: train a model, or draw samples from a trained run in --output_dir.")
 flags.DEFINE_string("dataset", "digits", "digits (bundled, no download), mnist, fashion_mnist, adult, abalone, pinwheel, "
                     "or tfds:<name>. Default per model: digits (privae), mnist (GANs, filter).")

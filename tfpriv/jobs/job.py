@@ -1,4 +1,4 @@
-"""The job contract of `train.py`: a `Job` per model family and one shared settings reader.
+"""The job contract of `train.py`: a `Job` per model family, the `Family` registry, one shared settings reader.
 
 A family provides
   * its flags (defined once, in its own module: tfpriv/models/cli.py, tfpriv/gan/cli.py,
@@ -82,6 +82,11 @@ class Job:
     def name(self) -> str:
         return self.names[0]
 
+    @property
+    def module(self) -> str:
+        """The module of its `run`, where the job's own flags are defined (`--help` lists them under it)."""
+        return self.run.__module__
+
     def fields(self) -> tuple[str, ...]:
         """The flags this job reads (its settings' fields)."""
         return tuple(f.name for f in dataclasses.fields(self.settings_type) if f.name not in ("model", "given"))
@@ -89,6 +94,42 @@ class Job:
     def flag_for(self, param: str) -> str:
         """The flag of a library parameter (`batch_size` -> `vae_batch_size` for the filter)."""
         return self.flag_names.get(param) or COMMON_FLAG_NAMES.get(param, param)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model family as train.py, `tfpriv.load`, the SavedModel export and `tfpriv.synthesizer` see it:
+    its job (`--model` names, flags, settings, `TrainingRun`, `--tune` space), how to load the trained
+    model a run folder holds, and that model's serving signatures (`tfpriv.jobs.serving.Serving`).
+    A family package registers it with one line, `register(Family(JOB, load, serving))`."""
+    job: Job
+    load: Callable[[str], Any]  # run folder -> the trained model (`tfpriv.load`)
+    serving: Callable[[Any], Any]  # trained model -> its `Serving` (the SavedModel's signatures)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.job.names
+
+
+# --model name -> family: the one registry (results.json's `model` is one of these names).
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Makes `family` a model of train.py (`--model`), `tfpriv.load` and the export, under each of
+    its names; returns it. A name another family's job already has is refused."""
+    for name in family.names:
+        other = _FAMILIES.get(name)
+        if other is not None and other.job.module != family.job.module:
+            raise ValueError(f"family: --model={name} is already the family of {other.job.module}")
+    for name in family.names:
+        _FAMILIES[name] = family
+    return family
+
+
+def registered() -> dict[str, Family]:
+    """The registered families by `--model` name, in the order they were registered."""
+    return dict(_FAMILIES)
 
 
 def user_set(flag_values: flags.FlagValues, name: str) -> bool:
@@ -100,9 +141,10 @@ def user_set(flag_values: flags.FlagValues, name: str) -> bool:
 
 
 def tfpriv_flag_modules(flag_values: flags.FlagValues) -> list[str]:
-    """Modules of tfpriv that define flags, shared flags first."""
-    modules = [m for m in flag_values.flags_by_module_dict() if m.startswith("tfpriv.")]
-    return sorted(modules, key=lambda m: (m != "tfpriv.jobs.flags", m))
+    """Modules of tfpriv and of the registered families' jobs that define flags, shared flags first."""
+    jobs = {family.job.module for family in _FAMILIES.values()}
+    modules = [m for m in flag_values.flags_by_module_dict() if m.startswith("tfpriv.") or m in jobs]
+    return sorted(modules, key=lambda m: (m != "tfpriv.jobs.flags", not m.startswith("tfpriv."), m))
 
 
 def tfpriv_flags(flag_values: flags.FlagValues) -> list[str]:

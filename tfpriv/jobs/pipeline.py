@@ -23,7 +23,8 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.errors import UsageError
-from tfpriv.export import export_run
+from tfpriv.jobs.job import registered
+from tfpriv.jobs.serving import export
 from tfpriv.privacy.config import DPConfig
 from tfpriv.run_folder import CHECKPOINTS_DIR, RESULTS_FILE, SAMPLES_FILE, SAMPLES_GRID_FILE
 from tfpriv.training.callbacks import StepProgressBar
@@ -195,7 +196,7 @@ class TrainingRun:
 
     `run()`: check the privacy flags -> `validate()` -> `load()` -> `build(data)` -> plan (with
     the ledger of `train_dir`) -> `planned(plan)` -> `fit_private` (writes privacy_plan.json,
-    checkpoints, logs) -> `evaluate()` -> results.json (`common_results` + `record()`).
+    checkpoints, logs) -> `evaluate()` -> `export()` (saved_model/) -> results.json (`common_results` + `record()`).
     After `build`, `self.data`, `self.built`, `self.plan` and `self.fit` hold what each step made.
     """
 
@@ -255,8 +256,16 @@ class TrainingRun:
                              self.callbacks(self.plan))
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
-        results["saved_model"] = export_run(self.output_dir)  # OUTPUT_DIR/saved_model: serving signatures
+        results["saved_model"] = self.export()
         return write_run_results(self.output_dir, results, self.fit)
+
+    def export(self) -> dict:
+        """OUTPUT_DIR/saved_model: the serving signatures of the trained model the run saved, as its
+        registered family (`tfpriv.jobs.job.Family`) loads and serves it."""
+        family = registered().get(self.s.model)
+        if family is None:
+            raise UsageError(f"model: {self.s.model!r} is not a registered family (tfpriv.families.register)")
+        return export(self.output_dir, family)
 
 
 def _num_examples(arrays) -> int:

@@ -32,6 +32,8 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 ExtraTerm = Callable[["VAE", tf.Tensor, tf.Tensor], tf.Tensor]
 
+VAE_CONFIG = "vae.json"  # the VAE's settings, beside encoder.keras and decoder.keras (`save_vae`)
+
 
 class VAE(DPModel):
     """Variational autoencoder with a structured prior and an optional batch-wise divergence.
@@ -146,12 +148,12 @@ class VAE(DPModel):
         os.makedirs(path, exist_ok=True)
         self.encoder.save(os.path.join(path, "encoder.keras"))
         self.decoder.save(os.path.join(path, "decoder.keras"))
-        write_json(os.path.join(path, "vae.json"), self.config_dict(), default=None)
+        write_json(os.path.join(path, VAE_CONFIG), self.config_dict(), default=None)
 
 
 def load_vae(path: str) -> VAE:
     """Inverse of `VAE.save_vae` (extra sample terms are training-only and not restored)."""
-    with open(os.path.join(path, "vae.json")) as f:
+    with open(os.path.join(path, VAE_CONFIG)) as f:
         config = json.load(f)
     encoder = keras.models.load_model(os.path.join(path, "encoder.keras"), compile=False)
     decoder = keras.models.load_model(os.path.join(path, "decoder.keras"), compile=False)
