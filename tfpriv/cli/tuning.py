@@ -20,7 +20,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 import dp_accounting
 from absl import flags

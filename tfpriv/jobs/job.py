@@ -8,6 +8,9 @@ A family provides
   * the library parameters whose flag has another name (`Job.flag_names`, e.g. the filter's
     `batch_size` is `--vae_batch_size`),
   * `run(settings, output_dir) -> results` and optionally `sample(settings, output_dir)`.
+  * its `Family`: the job with the loader of its trained model and that model's serving
+    signatures, registered in one line, `register(Family(JOB, load, serving))`; train.py,
+    `tfpriv.load`, the export and `tfpriv.synthesizer` find it by `--model` name (`tfpriv.families`).
 
 `read_settings(job, FLAGS)` builds the settings: a flag the user set wins, else the family's
 default, else the flag's default. A tfpriv flag the user set that the job does not read is
