@@ -14,11 +14,11 @@ from absl import flags
 
 import tfpriv
 from tests.cli.helpers import train_py
-from tfpriv import families
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
+from tfpriv.families import Family, families, register
 from tfpriv.jobs import job as job_registry
-from tfpriv.jobs.job import Family, Job, PrivateSettings, register
+from tfpriv.jobs.job import Job, PrivateSettings
 from tfpriv.jobs.pipeline import Built, TrainingRun
 from tfpriv.jobs.serving import N, SEED, Serving, function, seed_pair
 from tfpriv.jobs.tuning import FamilyTuning
@@ -112,7 +112,7 @@ JOB = Job(names=("toy",), settings_type=ToySettings, run=run, training_run=ToyRu
 @pytest.fixture
 def toy(monkeypatch):
     """The toy family registered for one test (the registry as it was afterwards)."""
-    monkeypatch.setattr(job_registry, "_FAMILIES", families.families())  # built-ins first, then a copy
+    monkeypatch.setattr(job_registry, "_FAMILIES", families())  # built-ins first, then a copy
     return register(Family(JOB, load=load_toy, serving=toy_serving))  # the one registry line
 
 
