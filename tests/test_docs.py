@@ -27,6 +27,7 @@ SETUP = {
           "--seed=0", "--verbose=0", "--output_dir=runs/fm"]],
         """
 import os, types
+from tfpriv.files import write_json
 from tfpriv.filter.filters import build_filter
 from tfpriv.filter.pipeline import save_filter
 from tfpriv.gan.training import save_generator
@@ -40,6 +41,8 @@ encoder, decoder = build_architecture("mlp", (28, 28, 1), 4)
 VAE(encoder, decoder).save_vae("runs/filter/vae")
 save_filter(types.SimpleNamespace(filter_layer=build_filter("linear", 4, 2)), "runs/filter/filter/",
             {"budget": 1.0, "private_label": "digit >= 5"})
+for run, model in (("runs/gan", "dpwgan_gp"), ("runs/filter", "filter")):  # the family tfpriv.load uses
+    write_json(f"{run}/results.json", {"model": model})
 """),
 }
 

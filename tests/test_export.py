@@ -13,12 +13,13 @@ from absl import flags
 
 import tfpriv
 from tests.test_trained import tiny_filter_run, tiny_generator_run
-from tfpriv.cli import privae_job
-from tfpriv.cli.job import read_settings
 from tfpriv.compat import keras
 from tfpriv.compat import keras
-from tfpriv.export import SAVED_MODEL_DIR, save_serving
+from tfpriv.export import export_run
+from tfpriv.jobs.job import read_settings
+from tfpriv.models import cli as privae_job
 from tfpriv.models.vae import VAE
+from tfpriv.run_folder import SAVED_MODEL_DIR
 
 FLAGS = flags.FLAGS
 SEED = np.int64(11)
@@ -105,8 +106,8 @@ def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae
     generator = tiny_generator_run(tmp_path / "gan", num_classes=10)
     filt = tiny_filter_run(str(tmp_path / "filter"))
     gan_export, filter_export = str(tmp_path / "gan" / "sm"), str(tmp_path / "filter" / "sm")
-    assert sorted(save_serving(tfpriv.load(str(tmp_path / "gan")), gan_export)) == ["sample"]
-    assert sorted(save_serving(tfpriv.load(str(tmp_path / "filter")), filter_export)) == [
+    assert sorted(export_run(str(tmp_path / "gan"), gan_export)["signatures"]) == ["sample"]
+    assert sorted(export_run(str(tmp_path / "filter"), filter_export)["signatures"]) == [
         "decode", "encode", "privatize_x", "privatize_z"]
     labels = np.array([3, 1, 4, 1, 5], np.int32)
     fx, fy = np.random.default_rng(2).random((5, 6)).astype(np.float32), np.array([0, 1, 1, 0, 1], np.int32)
@@ -149,7 +150,7 @@ def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae
 
 def test_a_multi_user_filter_run_has_signatures_per_user(tmp_path):
     model = tiny_filter_run(str(tmp_path), users=("user1", "user2"))
-    signatures = save_serving(tfpriv.load(str(tmp_path)), str(tmp_path / SAVED_MODEL_DIR))
+    signatures = export_run(str(tmp_path))["signatures"]
     assert sorted(signatures) == ["decode", "encode", "privatize_x_user1", "privatize_x_user2", "privatize_z_user1",
                                   "privatize_z_user2"]
     assert signatures["privatize_z_user2"]["inputs"] == {"z": "float32[None, 3]", "y_private": "int32[None]",
@@ -162,10 +163,10 @@ def test_a_multi_user_filter_run_has_signatures_per_user(tmp_path):
 
 
 def test_an_export_is_replaced_atomically(tmp_path, monkeypatch):
-    model = tiny_generator_run(tmp_path / "gan", num_classes=None)
+    tiny_generator_run(tmp_path / "gan", num_classes=None)
     path = str(tmp_path / "gan" / SAVED_MODEL_DIR)
-    save_serving(model, path)
-    save_serving(model, path)  # over an existing export
+    export_run(str(tmp_path / "gan"))
+    export_run(str(tmp_path / "gan"))  # over an existing export
     first = tf.saved_model.load(path).signatures["sample"](n=tf.constant(2), seed=tf.constant(SEED))["x"].numpy()
 
     def crash(*args, **kwargs):
@@ -174,7 +175,7 @@ def test_an_export_is_replaced_atomically(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tf.saved_model, "save", crash)
     with pytest.raises(OSError, match="disk full"):
-        save_serving(model, path)
+        export_run(str(tmp_path / "gan"))
     assert not [name for name in os.listdir(tmp_path / "gan") if name.startswith(".")]
     kept = tf.saved_model.load(path).signatures["sample"](n=tf.constant(2), seed=tf.constant(SEED))["x"].numpy()
     np.testing.assert_array_equal(kept, first)  # the previous export is intact

@@ -11,9 +11,9 @@ from absl.testing import flagsaver
 
 import tfpriv
 from tests.test_release_list import release_table, written
-from tfpriv.cli import privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
 from tfpriv.data import load_dataset
 from tfpriv.errors import ConfigError, UsageError
+from tfpriv.models import cli as privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
 
 EPSILON = 2.0
 

@@ -1,6 +1,6 @@
-"""`tfpriv.load(run_dir)`: the trained model of a GAN or filter run folder, with identical outputs
-before and after loading (the VAE run: tests/test_export.py, a real train.py run), and clear
-errors naming `run_dir`."""
+"""`tfpriv.load(run_dir)`: the trained model of a GAN or filter run folder (the family its results.json
+names), with identical outputs before and after loading (the VAE run: tests/test_export.py, a real
+train.py run), and clear errors naming `run_dir`."""
 import os
 import types
 
@@ -10,19 +10,27 @@ import tensorflow as tf
 
 import tfpriv
 from tfpriv.errors import UsageError
+from tfpriv.files import write_json
 from tfpriv.filter.filters import build_filter
 from tfpriv.filter.pipeline import save_filter
+from tfpriv.filter.serving import TrainedFilter
+from tfpriv.gan.serving import TrainedGenerator
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.vae import VAE
-from tfpriv.trained import TrainedFilter, TrainedGenerator
+
+
+def record_model(path, model: str) -> None:
+    """The `model` key of the run's results.json, by which `tfpriv.load` finds its family."""
+    write_json(os.path.join(path, "results.json"), {"model": model})
 
 
 def tiny_generator_run(path, num_classes):
     """A tiny DP-WGAN-GP's generator saved as a GAN run saves it; returns the in-process TrainedGenerator."""
     model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=num_classes, seed=0)
     save_generator(model, str(path), {"model": "dpwgan_gp", "capacity": 2, "latent_size": 4, "num_classes": num_classes})
+    record_model(str(path), "dpwgan_gp")
     return TrainedGenerator(model.generator, num_classes, {})
 
 
@@ -36,6 +44,7 @@ def tiny_filter_run(path, users=("",)):
         filters[user] = build_filter("linear" if k == 0 else "mlp", 3, 2 + k)
         save_filter(types.SimpleNamespace(filter_layer=filters[user]), os.path.join(path, "filter", user),
                     {"budget": 1.0, "private_label": "p"})
+    record_model(path, "filter")
     return TrainedFilter(vae, filters, {})
 
 
@@ -96,5 +105,6 @@ def test_bad_run_dirs_name_run_dir(tmp_path):
     with pytest.raises(UsageError, match=r"^run_dir: .* has a generator but no gan.json"):
         tfpriv.load(str(tmp_path / "gan"))
     os.makedirs(tmp_path / "filter" / "filter")
+    record_model(str(tmp_path / "filter"), "filter")
     with pytest.raises(UsageError, match=r"^run_dir: .* has a filter but no frozen VAE"):
         tfpriv.load(str(tmp_path / "filter"))

@@ -3,7 +3,7 @@
 Library code names its own parameters, not command-line flags: a message starts with the
 parameter (`"batch_size: must be between 1 and ..."`, `"prior=mixture: ..."`) or the error is
 raised with `param=`. The command line maps the parameter to the job's flag when it prints
-the error (`tfpriv.cli.job.flag_message`; e.g. the filter's `batch_size` is `--vae_batch_size`).
+the error (`tfpriv.jobs.job.flag_message`; e.g. the filter's `batch_size` is `--vae_batch_size`).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Private synthetic data without a training loop: `tfpriv.synthesizer(name, epsilon=..., **settings)`.
 
-A `Synthesizer` runs the family's own command-line job (`tfpriv/cli/privae_job.py`,
-`tfpriv/gan/cli.py`) on the arrays given to `fit`, not on a named dataset: the same
+A `Synthesizer` runs the family's own command-line job (its registered `Family`, `tfpriv.families`:
+`tfpriv/models/cli.py`, `tfpriv/gan/cli.py`) on the arrays given to `fit`, not on a named dataset: the same
 `TrainingRun` sequence, `plan_privacy` calibrating the noise to `epsilon` at `delta` for the
 planned epochs, `fit_private`, the ledger, results.json and the SavedModel export. Only the
 dataset-specific evaluation (held-out scores, figures) is left out: the arrays are all private.
@@ -41,12 +41,10 @@ GAN_SHAPE = (28, 28, 1)
 _FLAG = re.compile(r"--(?=[A-Za-z_])")
 
 
-def _job(name: str):
-    if name == "privae":
-        from tfpriv.cli import privae_job
-        return privae_job.JOB
-    from tfpriv.gan import cli as gan_cli
-    return gan_cli.JOB
+def _family(name: str):
+    """The registered family of the synthesizer `name` (its job, the loader of its trained model)."""
+    from tfpriv.families import family
+    return family(name)
 
 
 def _defaults():
@@ -55,7 +53,7 @@ def _defaults():
 
     from absl import flags
 
-    from tfpriv.cli.job import tfpriv_flag_modules
+    from tfpriv.jobs.job import tfpriv_flag_modules
     values = flags.FlagValues()
     for module in tfpriv_flag_modules(flags.FLAGS):
         for flag in flags.FLAGS.flags_by_module_dict()[module]:
@@ -132,7 +130,8 @@ class Synthesizer:
                 math.isfinite(epsilon) and epsilon > 0):
             raise ConfigError(f"epsilon: must be a positive finite number, got {epsilon!r}")
         self.name, self.target_epsilon, self.target_delta = name, float(epsilon), delta
-        self._job = _job(name)
+        self._family = _family(name)
+        self._job = self._family.job
         allowed = sorted(set(self._job.fields()) - NOT_SETTINGS)
         if name != "privae":
             allowed.append("num_classes")
@@ -175,7 +174,7 @@ class Synthesizer:
         return self.results
 
     def _dataset(self, x, y):
-        from tfpriv.data.registry import make_dataset
+        from tfpriv.data.dataset import make_dataset
         try:
             x = np.asarray(x, dtype=np.float32)
         except (TypeError, ValueError):
@@ -216,7 +215,7 @@ class Synthesizer:
         calibrated so that the planned epochs spend `epsilon` at `delta`. Returns the synthesizer.
 
         Example: `tfpriv.synthesizer("dpwgan_gp", epsilon=1.0, epochs=1).fit(images, labels)`."""
-        from tfpriv.cli.job import read_settings
+        from tfpriv.jobs.job import read_settings
         if self.results is not None:
             raise UsageError("fit: the synthesizer is already trained; make a new one to train again")
         dataset = self._dataset(x, y)
@@ -227,8 +226,7 @@ class Synthesizer:
                 fields["conditional"] = y is not None
             settings = read_settings(self._job, self._flags, model=self.name, **fields)
             results = _run_class(self._job)(settings, run_dir, dataset).run()
-            from tfpriv.trained import load
-            self._model = load(run_dir)
+            self._model = self._family.load(run_dir)
         except UsageError as exc:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise _library_error(exc) from None
@@ -263,7 +261,7 @@ class Synthesizer:
         checkpoints with the ledger and logs. Returns `directory`.
 
         Example: `s.save("runs/synth"); tfpriv.load("runs/synth").sample(10, seed=0)`."""
-        from tfpriv.export import SAVED_MODEL_DIR
+        from tfpriv.run_folder import SAVED_MODEL_DIR
         from tfpriv.training.results import write_results
         results = self._fitted("save")
         if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import dataclasses
 import sys
 import types
 
@@ -10,7 +11,9 @@ from absl import flags
 from absl.testing import flagsaver
 
 from tests.conftest import REPO_ROOT
+from tfpriv import families
 from tfpriv.cli import main as cli_main
+from tfpriv.jobs import job as job_registry
 
 TRAIN = str(REPO_ROOT / "train.py")
 FLAGS = flags.FLAGS
@@ -49,3 +52,10 @@ def assert_one_line_error(proc, flag: str, out_dir=None) -> str:
     if out_dir is not None:
         assert not os.path.exists(out_dir)
     return lines[0]
+
+
+def replace_job(monkeypatch, model: str, **changes) -> None:
+    """For one test, the job registered as `model` with `changes` (e.g. another `run`)."""
+    family = families.family(model)
+    monkeypatch.setitem(job_registry._FAMILIES, model,
+                        dataclasses.replace(family, job=dataclasses.replace(family.job, **changes)))

@@ -16,16 +16,17 @@ from hypothesis import strategies as st
 
 from tests.cli.helpers import error_lines, subprocess_train_py, train_py
 from tests.conftest import shared_data_dir
-from tfpriv.cli import main as cli_main
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import CONTROL_FLAGS
+from tfpriv import families
 from tfpriv.data.registry import DATASETS
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import CONTROL_FLAGS
 
 FLAGS = flags.FLAGS
 
 # What train.py does instead of one training run (--tune, --audit, --strategy) is not fuzzed here:
 # each is its own job with its own tests, and --num_cpu_devices reconfigures this process's devices.
-FUZZED = sorted({name for job in cli_main.JOB_LIST for name in job.fields()} - set(CONTROL_FLAGS))
+JOBS = {name: family.job for name, family in families.families().items()}
+FUZZED = sorted({name for job in JOBS.values() for name in job.fields()} - set(CONTROL_FLAGS))
 
 # Words the string flags take somewhere (a wrong one for a flag is as useful as a right one), every
 # string flag's default, and random text. `pld` is left out: its calibration takes seconds per example.
@@ -59,8 +60,8 @@ def _values(name: str) -> st.SearchStrategy:
 @st.composite
 def command_lines(draw) -> list[str]:
     """--model, up to four of the job's flags, sometimes a flag of another job or a --mode."""
-    model = draw(st.sampled_from([*cli_main.JOBS] * 4 + ["transformer"]), label="model")
-    own = sorted(set(cli_main.JOBS[model].fields()) & set(FUZZED)) if model in cli_main.JOBS else FUZZED
+    model = draw(st.sampled_from([*JOBS] * 4 + ["transformer"]), label="model")
+    own = sorted(set(JOBS[model].fields()) & set(FUZZED)) if model in JOBS else FUZZED
     names = draw(st.lists(st.sampled_from(own), max_size=4, unique=True), label="flags")
     if draw(st.integers(0, 9), label="foreign") == 0:
         names.append(draw(st.sampled_from(FUZZED), label="foreign flag"))
@@ -100,7 +101,7 @@ def test_flag_combinations_validate_or_fail_with_one_line(tmp_path_factory, caps
         proc = train_py(*args, capsys=capsys)
     except Validated:
         model = next(a for a in reversed(args) if a.startswith("--model="))[len("--model="):]
-        read = set(cli_main.JOBS[model].fields()) | {"model", "mode", "output_dir"}
+        read = set(JOBS[model].fields()) | {"model", "mode", "output_dir"}
         given_flags = {re.match(r"--(\w+)", a).group(1) for a in args}
         given_flags = {f if f in FLAGS else f[2:] for f in given_flags}  # --nofoo -> foo
         assert given_flags <= read, f"a flag the job does not read was accepted: {given_flags - read}"

@@ -5,13 +5,14 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+from tfpriv import families
 from tfpriv.cli import main as cli_main
-from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings, tfpriv_flags
-from tfpriv.cli.pipeline import check_privacy_flags
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli as filter_job
 from tfpriv.gan import cli as gan_job
-from tfpriv.cli import privae_job
+from tfpriv.jobs.job import CONTROL_FLAGS, Family, Job, flag_message, read_settings, tfpriv_flags
+from tfpriv.jobs.pipeline import check_privacy_flags
+from tfpriv.models import cli as privae_job
 
 FLAGS = flags.FLAGS
 
@@ -22,18 +23,19 @@ def _parsed():
         FLAGS.mark_as_parsed()
 
 
-def test_the_registry_holds_jobs_by_model_name():
-    assert set(cli_main.JOBS) == {"privae", "vae", "dpwgan_gp", "dpgan", "filter"}
-    assert all(isinstance(job, Job) for job in cli_main.JOBS.values())
-    assert cli_main.JOBS["vae"] is cli_main.JOBS["privae"] is privae_job.JOB
-    assert cli_main.JOBS["dpgan"] is cli_main.JOBS["dpwgan_gp"] is gan_job.JOB
-    assert cli_main.JOBS["filter"] is filter_job.JOB and filter_job.JOB.sample is None
+def test_the_registry_holds_families_by_model_name():
+    known = families.families()
+    assert set(known) == {"privae", "vae", "dpwgan_gp", "dpgan", "filter"}
+    assert all(isinstance(family, Family) and isinstance(family.job, Job) for family in known.values())
+    assert known["vae"] is known["privae"] and cli_main.job_for("vae") is privae_job.JOB
+    assert known["dpgan"] is known["dpwgan_gp"] and cli_main.job_for("dpgan") is gan_job.JOB
+    assert cli_main.job_for("filter") is filter_job.JOB and filter_job.JOB.sample is None
 
 
 def test_every_setting_is_a_flag_and_every_tfpriv_flag_is_read_by_a_job():
     defined = set(tfpriv_flags(FLAGS))
     read = set()
-    for job in cli_main.JOB_LIST:
+    for job in {id(family.job): family.job for family in families.families().values()}.values():
         assert set(job.fields()) <= defined, job.name
         read |= set(job.fields())
         assert set(job.defaults) <= set(job.fields()) and all(set(d) <= set(job.fields())
@@ -130,8 +132,8 @@ def test_library_parameters_are_shown_as_the_jobs_flags():
 def test_library_errors_name_parameters_not_flags():
     from tfpriv.models.priors import make_prior
     from tfpriv.privacy.config import DPConfig
-    from tfpriv.training.runner import plan_privacy
     from tfpriv.privacy.terms import TermSpec
+    from tfpriv.training.runner import plan_privacy
     with pytest.raises(ConfigError) as err:
         DPConfig(aggregation="micro", l2_norm_clip=0.0)
     assert err.value.param == "l2_norm_clip" and not str(err.value).startswith("--")

@@ -9,7 +9,7 @@ RESULTS = {"epsilon": 2.5, "delta": 1e-5, "aggregation": "micro", "effective_noi
 
 def printed(results, capsys) -> list[str]:
     capsys.readouterr()
-    cli_main.report(cli_main.JOBS["privae"], "out", results)
+    cli_main.report(cli_main.job_for("privae"), "out", results)
     return capsys.readouterr().out.splitlines()
 
 

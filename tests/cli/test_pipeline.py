@@ -6,8 +6,8 @@ import types
 import numpy as np
 import pytest
 
-from tfpriv.cli import pipeline
 from tfpriv.compat import keras
+from tfpriv.jobs import pipeline
 from tfpriv.training.callbacks import StepProgressBar
 
 

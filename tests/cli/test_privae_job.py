@@ -13,10 +13,10 @@ from absl import flags
 from absl.testing import flagsaver
 
 from tests.cli.helpers import assert_one_line_error, train_py
-from tfpriv.cli import privae_job
-from tfpriv.cli.job import read_settings
 from tfpriv.compat import keras
 from tfpriv.data import make_pinwheel
+from tfpriv.jobs.job import read_settings
+from tfpriv.models import cli as privae_job
 from tfpriv.models.vae import load_vae
 
 PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regularizer=kl_pq", "--latent_dim=2",

@@ -3,7 +3,6 @@
 Most tests run train.py's main() in-process (`train_py`: the same flag parsing, flag files
 included); two run the real script in a subprocess (an end-to-end run, and Ctrl-C).
 """
-import dataclasses
 import json
 import os
 import signal
@@ -14,7 +13,7 @@ import tomllib
 
 import pytest
 
-from tests.cli.helpers import TRAIN, assert_one_line_error, error_lines, subprocess_train_py, train_py
+from tests.cli.helpers import TRAIN, assert_one_line_error, error_lines, replace_job, subprocess_train_py, train_py
 from tests.conftest import REPO_ROOT
 from tfpriv.cli import main as cli_main
 from tfpriv.errors import UsageError
@@ -172,7 +171,7 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, capsys, monkeypatch):
         open(os.path.join(output_dir, "checkpoints", "checkpoint"), "w").close()
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli_main.JOBS, "privae", dataclasses.replace(cli_main.JOBS["privae"], run=interrupted_job))
+    replace_job(monkeypatch, "privae", run=interrupted_job)
     out = tmp_path / "run"
     proc = train_py(f"--output_dir={out}", capsys=capsys)
     assert proc.returncode == 130
@@ -184,7 +183,7 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, capsys, monkeypatch):
     def interrupted_early(settings, output_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli_main.JOBS, "privae", dataclasses.replace(cli_main.JOBS["privae"], run=interrupted_early))
+    replace_job(monkeypatch, "privae", run=interrupted_early)
     proc = train_py(f"--output_dir={tmp_path}/early", capsys=capsys)
     assert proc.returncode == 130
     assert error_lines(proc.stderr) == [f"interrupted before the first checkpoint in {tmp_path}/early; run the same "
@@ -197,7 +196,7 @@ def test_an_error_after_training_keeps_the_checkpoints(tmp_path, capsys, monkeyp
         open(os.path.join(output_dir, "checkpoints", "checkpoint"), "w").close()
         raise UsageError("images: expected values in [0, 1]")
 
-    monkeypatch.setitem(cli_main.JOBS, "privae", dataclasses.replace(cli_main.JOBS["privae"], run=fails_late))
+    replace_job(monkeypatch, "privae", run=fails_late)
     out = tmp_path / "run"
     assert_one_line_error(train_py(f"--output_dir={out}", capsys=capsys), "images: expected values")
     assert (out / "checkpoints" / "checkpoint").is_file()
@@ -230,7 +229,7 @@ def test_job_errors_name_library_parameters_and_the_cli_maps_them(tmp_path, caps
         raise UsageError("batch_size: must be between 1 and the dataset size 3341, got 100000")
 
     for name in ("privae", "filter"):
-        monkeypatch.setitem(cli_main.JOBS, name, dataclasses.replace(cli_main.JOBS[name], run=fails))
+        replace_job(monkeypatch, name, run=fails)
     line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/a", capsys=capsys), "--batch_size")
     assert line == "error: --batch_size: must be between 1 and the dataset size 3341, got 100000"
     line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/b", "--model=filter", capsys=capsys),

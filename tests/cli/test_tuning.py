@@ -19,13 +19,13 @@ from absl.testing import flagsaver
 
 from tests.cli.helpers import TRAIN, assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
-from tfpriv.cli import privae_job
-from tfpriv.cli.job import read_settings
 from tfpriv.cli.tuning import TrialPlanner
+from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.gan import cli as gan_cli
+from tfpriv.jobs.job import read_settings
+from tfpriv.models import cli as privae_job
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
-from tfpriv.data.sampling import sampling_rate_and_steps
 
 FLAGS = flags.FLAGS
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from absl import flags
 
-from tfpriv.cli.job import read_settings
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli
 from tfpriv.filter.pipeline import load_filter
+from tfpriv.jobs.job import read_settings
 from tests.cli.helpers import assert_one_line_error, train_py
 
 FLAGS = flags.FLAGS

@@ -7,11 +7,11 @@ from absl import flags
 
 from tests.cli.helpers import assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import read_settings
 from tfpriv.data import load_dataset
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import read_settings
 
 FLAGS = flags.FLAGS
 TINY = dict(vae_epochs=1, vae_batch_size=64, filter_epochs=1, filter_eval_epochs=1, filter_plots=False,

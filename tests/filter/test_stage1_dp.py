@@ -8,10 +8,10 @@ import tensorflow as tf
 from absl import flags
 
 from tests.cli.helpers import assert_one_line_error, train_py
-from tfpriv.cli.job import flag_message, read_settings
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli
 from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
+from tfpriv.jobs.job import flag_message, read_settings
 from tfpriv.privacy.accounting import epsilon_for
 from tfpriv.privacy.config import DPConfig
 

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from absl import flags
 
-from tfpriv.cli.job import read_settings
 from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.gan import cli
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
+from tfpriv.jobs.job import read_settings
 
 FLAGS = flags.FLAGS
 

@@ -5,8 +5,9 @@ import os
 
 import pytest
 
+from tfpriv.files import write_json
 from tfpriv.training import results
-from tfpriv.training.results import write_json, write_results
+from tfpriv.training.results import write_results
 
 
 def _files(folder) -> list[str]:

@@ -124,7 +124,7 @@ def classifier_canary_run(m: int = 1000, private: bool = True, target_epsilon: f
                           kind: str = "gradient", magnitude: float = 1000.0, n_real: int | None = None,
                           delta: float | None = None, seed: int = 0, confidence: float = 0.95) -> dict:
     """One-run audit of `make_private` (DP-SGD, micro) on a linear classifier with m canaries."""
-    import tfpriv
+    from tfpriv.training.private_model import make_private
     start = time.time()
     real, y, canaries, canary_y, d = _classifier_data(m, kind, magnitude, n_real, seed)
     included = inclusion(m, seed)
@@ -133,7 +133,7 @@ def classifier_canary_run(m: int = 1000, private: bool = True, target_epsilon: f
     n = len(real) + m // 2  # nominal size: q = B / n whichever canaries were drawn
     model = _linear_model(x_train.shape[1], seed, zero_rows_from=d if kind == "gradient" else None)
     config = DPConfig(aggregation="micro", l2_norm_clip=l2_norm_clip, noise_multiplier=0.0, seed=seed)
-    dp = tfpriv.make_private(model, _per_example_loss(), config, num_examples=n, batch_size=batch_size, delta=delta,
+    dp = make_private(model, _per_example_loss(), config, num_examples=n, batch_size=batch_size, delta=delta,
                              target_epsilon=target_epsilon if private else None, epochs=epochs if private else None)
     dp.compile(optimizer=keras.optimizers.SGD(learning_rate))
     loss_fn = _per_example_loss()
@@ -302,7 +302,7 @@ def many_run_audit(runs: int = 100, private: bool = True, target_epsilon: float 
     Both sides run one mechanism (one compiled `make_private` model: the same q, noise and
     steps; weights reset before every run; fresh Poisson batches and noise per run).
     """
-    import tfpriv
+    from tfpriv.training.private_model import make_private
     start = time.time()
     real, y, canaries, canary_y, d = _classifier_data(1, "gradient", magnitude, n_real, seed)
     datasets = {True: (np.concatenate([real, canaries]), np.concatenate([y, canary_y])), False: (real, y)}
@@ -310,7 +310,7 @@ def many_run_audit(runs: int = 100, private: bool = True, target_epsilon: float 
     model = _linear_model(real.shape[1], seed, zero_rows_from=d)
     init = [w.copy() for w in model.get_weights()]
     config = DPConfig(aggregation="micro", l2_norm_clip=l2_norm_clip, noise_multiplier=0.0, seed=seed)
-    dp = tfpriv.make_private(model, _per_example_loss(), config, num_examples=n, batch_size=batch_size,
+    dp = make_private(model, _per_example_loss(), config, num_examples=n, batch_size=batch_size,
                              delta=delta, target_epsilon=target_epsilon if private else None,
                              epochs=epochs if private else None)
     dp.compile(optimizer=keras.optimizers.SGD(learning_rate))

@@ -20,8 +20,7 @@ from typing import Sequence
 from tfpriv.audit.sensitivity import TOLERANCE, audit_sensitivity, passes
 from tfpriv.audit.sweep import Case, default_cases, known_seed_cases, sweep
 from tfpriv.privacy.config import DPConfig
-
-AUDIT_FILE = "audit.json"
+from tfpriv.run_folder import AUDIT_FILE
 
 
 def quick_cases() -> list[Case]:
@@ -59,7 +58,7 @@ def run_audit(output_dir: str, model=None, config: DPConfig | None = None, x=Non
       extra: more keys for the record (e.g. the job's settings).
       audit_kwargs: passed to `audit_sensitivity` for the given model (e.g. coupling, scales).
     """
-    from tfpriv.training.runner import write_json
+    from tfpriv.files import write_json
     start = time.time()
     configurations = []
     if model is not None:

@@ -148,11 +148,11 @@ def build_gan(capacity: int = 1, latent_size: int = 8, conditional: bool = False
 
 def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: float = 1.0, batch_size: int = 8):
     """`make_private` on a linear softmax classifier (the PrivateModel it returns)."""
-    import tfpriv
+    from tfpriv.training.private_model import make_private
     keras.utils.set_random_seed(seed)
     keras_model = keras.Sequential([keras.Input([input_dim]), keras.layers.Dense(num_classes)])
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-    return tfpriv.make_private(keras_model, loss, DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0),
+    return make_private(keras_model, loss, DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0),
                                num_examples=1000, batch_size=batch_size)
 
 
@@ -170,7 +170,7 @@ def digit_tokens(images: np.ndarray, length: int = 16) -> np.ndarray:
 def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 0, clip: float = 1.0,
                           batch_size: int = 8):
     """`make_private` on a token classifier of `kind` in TEXT_MODELS (the PrivateModel it returns)."""
-    import tfpriv
+    from tfpriv.training.private_model import make_private
     L = keras.layers
     keras.utils.set_random_seed(seed)
     tokens = L.Input([length], dtype=tf.int32)
@@ -180,7 +180,7 @@ def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 
     keras_model = keras.Model(tokens, L.Dense(num_classes)(L.GlobalAveragePooling1D()(h)))
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     config = DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0)
-    return tfpriv.make_private(keras_model, loss, config, num_examples=1000, batch_size=batch_size)
+    return make_private(keras_model, loss, config, num_examples=1000, batch_size=batch_size)
 
 
 def median_clips(model, config: DPConfig, inputs, seed: int = 0) -> DPConfig:

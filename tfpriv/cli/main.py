@@ -3,7 +3,7 @@
 Bad input (a flag, a file, a shape) prints one line `error: --flag: <why>` on stderr and exits
 with code 2; an output directory this run created is removed, so nothing half-written is left
 behind. Library errors name library parameters; the job maps them to its flags
-(`tfpriv.cli.job.flag_message`). Ctrl-C stops with one line saying how to resume (exit 130).
+(`tfpriv.jobs.job.flag_message`). Ctrl-C stops with one line saying how to resume (exit 130).
 `--help` lists tfpriv's flags (shared, then per job); `--helpfull` lists every flag.
 """
 from __future__ import annotations
@@ -22,37 +22,37 @@ import tempfile
 import tensorflow as tf
 from absl import app, flags
 
-from tfpriv import tf_logs
+from tfpriv import families, tf_logs
 from tfpriv.cli import audit as audit_job
-from tfpriv.cli import flags as common_flags
-from tfpriv.cli import pipeline
-from tfpriv.cli import privae_job
 from tfpriv.cli import tuning
-from tfpriv.cli.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.errors import UsageError
-from tfpriv.filter import cli as filter_job
-from tfpriv.gan import cli as gan_job
+from tfpriv.jobs import flags as common_flags
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.training import distribute
 
 FLAGS = flags.FLAGS
 
-JOB_LIST: tuple[Job, ...] = (privae_job.JOB, gan_job.JOB, filter_job.JOB)
-# --model value -> job
-JOBS: dict[str, Job] = {name: job for job in JOB_LIST for name in job.names}
+families.load_built_ins()  # the built-in families' flags, defined before absl parses the command line
 
 HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true", "--helpshort=true")
-# --help: the shared flags, then each job's own (a job's flags are defined in the module of its run()).
-HELP_SECTIONS = {"tfpriv.cli.flags": "shared flags (every model)",
-                 "tfpriv.cli.audit": "--audit (sensitivity audit of the configured model instead of training)",
-                 "tfpriv.cli.tuning": "--tune (hyperparameter tuning: trials are normal runs; epsilon of the whole job)",
-                 **{job.run.__module__: f"--model={' | '.join(job.names)} ({job.summary})" for job in JOB_LIST}}
+
+
+def help_sections() -> dict[str, str]:
+    """--help: the shared flags, then each family's own (a job's flags are defined in the module of its run())."""
+    jobs = {id(family.job): family.job for family in families.families().values()}.values()
+    return {"tfpriv.jobs.flags": "shared flags (every model)",
+            "tfpriv.cli.audit": "--audit (sensitivity audit of the configured model instead of training)",
+            "tfpriv.cli.tuning": "--tune (hyperparameter tuning: trials are normal runs; epsilon of the whole job)",
+            **{job.module: f"--model={' | '.join(job.names)} ({job.summary})" for job in jobs}}
 
 
 def job_for(model: str) -> Job:
-    job = JOBS.get(model)
-    if job is None:
-        raise UsageError(f"--model: must be one of {', '.join(JOBS)}, got {model!r}")
-    return job
+    """The job of the family registered as `--model`."""
+    known = families.families()
+    if model not in known:
+        raise UsageError(f"--model: must be one of {', '.join(known)}, got {model!r}")
+    return known[model].job
 
 
 def default_output_dir(model: str, dataset: str) -> str:
@@ -199,7 +199,8 @@ def start_strategy():
 
 
 def main(argv) -> None:
-    job, output_dir, existed, chief = JOBS.get(FLAGS.model), None, False, True
+    family = families.families().get(FLAGS.model)
+    job, output_dir, existed, chief = family and family.job, None, False, True
     # Explicit, so Ctrl-C works even where SIGINT was inherited as ignored (a background job).
     signal.signal(signal.SIGINT, pipeline.on_sigint)
     try:
@@ -264,10 +265,11 @@ def help_text() -> str:
     """tfpriv's flags grouped by job (absl's and TensorFlow's are under --helpfull)."""
     parts = [HELP_HEADER, ""]
     modules = tfpriv_flag_modules(FLAGS)
-    for module in [m for m in HELP_SECTIONS if m in modules] + [m for m in modules if m not in HELP_SECTIONS]:
+    sections = help_sections()
+    for module in [m for m in sections if m in modules] + [m for m in modules if m not in sections]:
         rendered = FLAGS.module_help(module).strip("\n").splitlines()
         if rendered:
-            parts.append(f"{HELP_SECTIONS.get(module, module)}:")
+            parts.append(f"{sections.get(module, module)}:")
             parts.extend(rendered[1:])
             parts.append("")
     parts.append("Flag files: --flagfile=flags/NAME.cfg. Every flag, including absl's and TensorFlow's: --helpfull.")

@@ -20,19 +20,21 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 import dp_accounting
 from absl import flags
 
 from keras_tuner.src.distribute import utils as dist_utils
 
-from tfpriv.cli.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
-from tfpriv.cli.pipeline import check_privacy_flags
 from tfpriv.errors import ConfigError, UsageError
+from tfpriv.jobs.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
+from tfpriv.jobs.pipeline import check_privacy_flags
+from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
-from tfpriv.training.tuner import NEUTRAL_KEYS, TRIALS_DIR, TUNERS, Objective, TuningJob, privacy_configurations
+from tfpriv.run_folder import TRIALS_DIR
+from tfpriv.training.tuner import TUNERS, TuningJob, privacy_configurations
 
 flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
                      "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "
@@ -57,28 +59,6 @@ flags.DEFINE_string("search_space", None, "--tune: a JSON file or an inline JSON
 TUNING_FLAGS = ("tuner", "trial_count", "mean_trials", "trial_count_shape", "max_trials", "objective", "search_space")
 # Settings that define the job rather than a trial.
 NOT_TUNABLE = ("dataset", "data_dir", "seed", "verbose", "delta", "accountant", "feature_scaling")
-
-
-@dataclasses.dataclass(frozen=True)
-class FamilyTuning:
-    """A family's tuning defaults: its search space, its objectives (the first is the default; each
-    declares the data it reads, `Objective.reads`), the hyperparameters that never change a trial's
-    privacy event (may be ranges) and the settings every trial runs with (e.g. the metrics its
-    objectives read)."""
-
-    space: Mapping[str, Mapping]
-    objectives: tuple[Objective, ...]
-    neutral: tuple[str, ...] = NEUTRAL_KEYS
-    scope: str | None = None  # what a trial's epsilon covers, when the family's record says more than "the run"
-    trial_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    def objective(self, name: str | None) -> Objective:
-        if name is None:
-            return self.objectives[0]
-        for objective in self.objectives:
-            if objective.name == name:
-                return objective
-        raise UsageError(f"--objective: must be one of {', '.join(o.name for o in self.objectives)}, got {name!r}")
 
 
 def check_flags(flag_values: flags.FlagValues) -> None:

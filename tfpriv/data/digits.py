@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from tfpriv.data.registry import Dataset, make_dataset
+from tfpriv.data.dataset import Dataset, make_dataset
 
 TEST_FRACTION = 0.2
 SPLIT_SEED = 0

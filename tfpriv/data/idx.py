@@ -23,7 +23,7 @@ import zlib
 import numpy as np
 
 from tfpriv.data import checksums
-from tfpriv.data.registry import Dataset, fresh_copy, make_dataset
+from tfpriv.data.dataset import Dataset, fresh_copy, make_dataset
 from tfpriv.errors import DataError
 
 IMAGE_MAGIC = 2051

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from tfpriv.data.registry import Dataset, make_dataset
+from tfpriv.data.dataset import Dataset, make_dataset
 from tfpriv.errors import UsageError
 
 SCALE = 10.0  # the original multiplies the rotated points by 10

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tfpriv.data.registry import Dataset, make_dataset
+from tfpriv.data.dataset import Dataset, make_dataset
 from tfpriv.errors import DataError, UsageError
 
 SPLITS = ("train", "test")

@@ -53,7 +53,7 @@ import pathlib
 import numpy as np
 
 from tfpriv.data import checksums
-from tfpriv.data.registry import Dataset, make_dataset
+from tfpriv.data.dataset import Dataset, make_dataset
 from tfpriv.errors import DataError, UsageError
 
 ADULT_COLUMNS = (

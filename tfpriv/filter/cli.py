@@ -1,8 +1,8 @@
 """`--model=filter`: stage 1 (VAE, frozen) -> stage 2 (filter game per budget/user) -> stage 3 (evaluation).
 
-The filter's own flags are defined here; the shared ones (tfpriv/cli/flags.py: --dataset,
+The filter's own flags are defined here; the shared ones (tfpriv/jobs/flags.py: --dataset,
 --data_dir, --seed, --latent_dim, --beta, the privacy flags) take the filter's defaults below
-unless given. Stage 1 is the shared job sequence (tfpriv/cli/pipeline.py): plan, `fit_private`
+unless given. Stage 1 is the shared job sequence (tfpriv/jobs/pipeline.py): plan, `fit_private`
 in OUTPUT_DIR/stage1 (checkpoints, TensorBoard logs; a re-run resumes), the trained VAE saved in
 OUTPUT_DIR/vae; stages 2-3 run on its codes and the headline filter is saved in OUTPUT_DIR/filter.
 
@@ -28,12 +28,14 @@ import time
 import numpy as np
 from absl import flags, logging
 
-from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import Job, PrivateSettings
-from tfpriv.cli.pipeline import Built, need, progress
-from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.filter import serving
+from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Family, Job, PrivateSettings, register
+from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.run_folder import CHECKPOINTS_DIR, FILTER_DIR, PRIVACY_PLAN_FILE, STAGE1_DIR, VAE_DIR
 from tfpriv.training.results import guarantee
 from tfpriv.training.tuner import NEUTRAL_KEYS, Objective
 
@@ -245,7 +247,7 @@ def validate(s: FilterSettings) -> dict:
 class FilterRun(pipeline.TrainingRun):
     """Stage 1 through the shared sequence (in OUTPUT_DIR/stage1); `evaluate` runs stages 2 and 3."""
 
-    train_subdir = "stage1"
+    train_subdir = STAGE1_DIR
 
     def validate(self) -> None:
         self.resolved = validate(self.s)
@@ -295,8 +297,8 @@ class FilterRun(pipeline.TrainingRun):
 
     def planned(self, plan) -> None:
         if plan.config.private:  # the guarantee and its scope, before anything is trained
-            from tfpriv.training.runner import write_json
-            write_json(os.path.join(self.output_dir, "privacy_plan.json"),
+            from tfpriv.files import write_json
+            write_json(os.path.join(self.output_dir, PRIVACY_PLAN_FILE),
                        {**plan.summary(), "planned_steps": plan.planned_steps, "privacy_scope": PRIVACY_SCOPE,
                         "feature_scaling": self.resolved["feature_scaling"]})
 
@@ -312,7 +314,7 @@ class FilterRun(pipeline.TrainingRun):
                 "sampling": self.plan.sampling, "seconds": fit["train_seconds"], "history": fit["history"],
                 "steps": fit["steps"], "private": self.plan.config.private,
                 "privacy": privacy_record(vae, self.plan, fit)}
-        vae.save_vae(os.path.join(self.output_dir, "vae"))
+        vae.save_vae(os.path.join(self.output_dir, VAE_DIR))
         stage1 = frozen(vae, info)
         codes_train, _ = stage1.encode(ds.x_train)
         codes_test, _ = stage1.encode(ds.x_test)
@@ -336,7 +338,7 @@ class FilterRun(pipeline.TrainingRun):
             "filter_config": dataclasses.asdict(cfg), "metrics_source": _metrics_source(),
             "filter_delta": s.filter_delta,
         }
-        filter_dir = os.path.join(self.output_dir, "filter")
+        filter_dir = os.path.join(self.output_dir, FILTER_DIR)
         labels = {"private_label": self.label_names["private"], "utility_label": self.label_names["utility"]}
         if self.resolved["users"]:
             progress(s, f"stage 2: one filter per user ({len(self.resolved['users'])} users) ...")
@@ -470,6 +472,8 @@ JOB = Job(
     # plan_privacy / DPConfig name the stage-1 VAE's batch size, epochs and learning rate plainly.
     flag_names={"batch_size": "vae_batch_size", "epochs": "vae_epochs", "learning_rate": "vae_learning_rate",
                 "expected_batch_size": "vae_batch_size", "sampling_rate": "vae_batch_size"},
-    checkpoint_subdir=os.path.join("stage1", "checkpoints"),
+    checkpoint_subdir=os.path.join(STAGE1_DIR, CHECKPOINTS_DIR),
     summary="generative privacy filter (stage-1 VAE, per-user filters, evaluation)",
 )
+
+FAMILY = register(Family(JOB, load=serving.load, serving=serving.serving))

@@ -14,11 +14,11 @@ from typing import Mapping
 import numpy as np
 
 from tfpriv.compat import keras
+from tfpriv.files import write_json
 from tfpriv.filter import baseline, divergence as div, evaluation, rdp
 from tfpriv.filter.architectures import build_classifier
 from tfpriv.filter.filters import LinearFilter, build_filter
 from tfpriv.filter.game import FilterGame
-from tfpriv.training.results import write_json
 
 
 @dataclasses.dataclass

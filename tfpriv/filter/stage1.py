@@ -4,7 +4,7 @@ The VAE is the project's `tfpriv.models.vae.VAE` (a `DPModel`), so a private sta
 the VAE trained on users' data by an aggregator) is planned by `plan_privacy` and trained by
 `fit_private`: clipping, noise, Poisson sampling and the RDP accounting are the engine's; no
 accounting lives here. `train_stage1` is the library entry point; the command line trains stage 1
-through the shared job sequence (tfpriv/cli/pipeline.py) and freezes it with `frozen`.
+through the shared job sequence (tfpriv/jobs/pipeline.py) and freezes it with `frozen`.
 Stages 2-3 only see the returned `encode`/`decode` callables.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`--model=dpwgan_gp|dpgan`: train a private GAN, score it, write results.json and sample grids.
 
-The GAN's own flags are defined here; the shared ones (tfpriv/cli/flags.py) take the model's
+The GAN's own flags are defined here; the shared ones (tfpriv/jobs/flags.py) take the model's
 defaults below unless given (004's settings for DP-WGAN-GP, Xie et al.'s for DPGAN).
 
     JOB.run(settings, output_dir) -> results dict      (train, evaluate, write)
@@ -17,12 +17,14 @@ import time
 import numpy as np
 from absl import flags, logging
 
-from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import Job, PrivateSettings
-from tfpriv.cli.pipeline import Built, need, progress
-from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.errors import UsageError
+from tfpriv.gan import serving
+from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Family, Job, PrivateSettings, register
+from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE, PROGRESS_FILE
 from tfpriv.training.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")
@@ -294,7 +296,7 @@ class GanRun(pipeline.TrainingRun):
         from tfpriv.gan import training
         s = self.s
         self.monitor = training.Monitor(plan.delta, s.eval_every, self.scorer(), plan.config.private,
-                                        os.path.join(self.output_dir, "progress.json"), every_steps=s.eval_every_steps)
+                                        os.path.join(self.output_dir, PROGRESS_FILE), every_steps=s.eval_every_steps)
         self.limit = training.Limit(s.max_minutes or None, s.max_steps or None)
         logging.info("GAN plan: %s", json.dumps(plan.summary(), default=str))
         return [self.monitor, self.limit]
@@ -399,7 +401,6 @@ def run(settings: GanSettings, output_dir: str) -> dict:
 
 
 def _resolve_generator(path: str | None) -> tuple[str, dict]:
-    from tfpriv.gan.training import GAN_CONFIG_FILE, GENERATOR_FILE
     if not path:
         raise UsageError("--output_dir: --mode=sample needs a GAN run folder (or pass --generator_path)")
     directory, file = (path, os.path.join(path, GENERATOR_FILE)) if os.path.isdir(path) else (os.path.dirname(path), path)
@@ -452,3 +453,5 @@ JOB = Job(
     defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS, flag_names={"depth": "classifier_depth"},
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )
+
+FAMILY = register(Family(JOB, load=serving.load, serving=serving.serving))

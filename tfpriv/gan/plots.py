@@ -13,16 +13,18 @@ import math
 import os
 import sys
 
+from tfpriv.run_folder import PROGRESS_FILE, RESULTS_FILE
+
 
 def load_curve(run_dir: str) -> tuple[list[float], list[float], list[int], dict | None]:
     """(epsilons, inception scores, critic steps) from progress.json, and results.json if finished."""
-    with open(os.path.join(run_dir, "progress.json")) as f:
+    with open(os.path.join(run_dir, PROGRESS_FILE)) as f:
         records = json.load(f)
     eps = [float(r["epsilon"]) if r["epsilon"] not in ("inf", "Infinity", None) else math.inf for r in records]
     scores = [float(r["inception_score"]) for r in records]
     steps = [int(r["critic_steps"]) for r in records]
     results = None
-    path = os.path.join(run_dir, "results.json")
+    path = os.path.join(run_dir, RESULTS_FILE)
     if os.path.isfile(path):
         with open(path) as f:
             results = json.load(f)

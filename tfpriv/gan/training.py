@@ -14,11 +14,9 @@ from typing import Callable
 
 
 from tfpriv.compat import keras
+from tfpriv.files import write_json
 from tfpriv.gan.base import PrivateWGAN
-from tfpriv.training.results import write_json
-
-GENERATOR_FILE = "generator.keras"
-GAN_CONFIG_FILE = "gan.json"
+from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE
 
 
 class Limit(keras.callbacks.Callback):

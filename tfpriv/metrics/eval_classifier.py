@@ -35,7 +35,8 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.errors import DataError, UsageError
-from tfpriv.training.results import write_json, write_results
+from tfpriv.files import write_json
+from tfpriv.training.results import write_results
 
 MODEL_VERSION = "cnn5x5-v1"  # bump when the architecture or training recipe changes
 DEFAULT_EPOCHS = 8

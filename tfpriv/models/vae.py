@@ -21,16 +21,18 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
+from tfpriv.files import write_json
 from tfpriv.models.divergences import Divergence, divergence_from_config
 from tfpriv.models.likelihoods import get_likelihood, mean_of
 from tfpriv.models.priors import Prior, StandardNormal, prior_from_config
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
-from tfpriv.training.results import write_json
 
 LOG_2PI = math.log(2.0 * math.pi)
 
 ExtraTerm = Callable[["VAE", tf.Tensor, tf.Tensor], tf.Tensor]
+
+VAE_CONFIG = "vae.json"  # the VAE's settings, beside encoder.keras and decoder.keras (`save_vae`)
 
 
 class VAE(DPModel):
@@ -146,12 +148,12 @@ class VAE(DPModel):
         os.makedirs(path, exist_ok=True)
         self.encoder.save(os.path.join(path, "encoder.keras"))
         self.decoder.save(os.path.join(path, "decoder.keras"))
-        write_json(os.path.join(path, "vae.json"), self.config_dict(), default=None)
+        write_json(os.path.join(path, VAE_CONFIG), self.config_dict(), default=None)
 
 
 def load_vae(path: str) -> VAE:
     """Inverse of `VAE.save_vae` (extra sample terms are training-only and not restored)."""
-    with open(os.path.join(path, "vae.json")) as f:
+    with open(os.path.join(path, VAE_CONFIG)) as f:
         config = json.load(f)
     encoder = keras.models.load_model(os.path.join(path, "encoder.keras"), compile=False)
     decoder = keras.models.load_model(os.path.join(path, "decoder.keras"), compile=False)

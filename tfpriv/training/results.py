@@ -1,12 +1,12 @@
-"""`results.json`: the machine-readable record every run writes, and the atomic JSON writer of every record."""
+"""`results.json`: the machine-readable record every run writes."""
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
-import uuid
 from typing import Any, Mapping
+
+from tfpriv.files import write_json
+from tfpriv.run_folder import RESULTS_FILE
 
 REQUIRED_KEYS = (
     "model", "dataset", "aggregation", "epsilon", "delta", "noise_multiplier",
@@ -44,36 +44,9 @@ def guarantee(what: str, scope: str, epsilon: float | None = None, delta: float 
     return entry
 
 
-def write_json(path: str, record: Any, **dump_options) -> str:
-    """Writes `record` as JSON to `path` atomically: a reader (or a restart after a crash) sees the
-    old file or the complete new one, never a partial file.
-
-    The JSON goes to a uniquely named temporary file in the same folder, is flushed to disk and
-    renamed over `path`; if anything fails (a value JSON cannot hold, a full disk) the temporary
-    file is removed and `path` is unchanged. `dump_options` go to `json.dump` (default: indent=2,
-    non-JSON values as strings).
-    """
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    # unique per writer (process, call), created with the usual permissions (umask), never reused
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        with open(tmp, "x") as f:
-            json.dump(record, f, **{"indent": 2, "default": str, **dump_options})
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
 def write_results(output_dir: str, results: Mapping[str, Any]) -> str:
     """Writes `output_dir/results.json` atomically; refuses a record missing a required key."""
     missing = [k for k in REQUIRED_KEYS if k not in results]
     if missing:
         raise KeyError(f"results.json is missing required keys: {missing}")
-    return write_json(os.path.join(output_dir, "results.json"), _jsonable(results), sort_keys=True, default=None)
+    return write_json(os.path.join(output_dir, RESULTS_FILE), _jsonable(results), sort_keys=True, default=None)

@@ -21,12 +21,13 @@ from tfpriv.compat import keras
 from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
+from tfpriv.files import write_json
 from tfpriv.privacy.accounting import PrivacyLedger, Segment, calibrate_noise, epsilon_for, make_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
+from tfpriv.run_folder import CHECKPOINTS_DIR, LOGS_DIR, PRIVACY_PLAN_FILE
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
-from tfpriv.training.results import write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +140,7 @@ def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
 
 def read_ledger(output_dir: str) -> list[Segment]:
     """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run)."""
-    latest = tf.train.latest_checkpoint(os.path.join(output_dir, "checkpoints"))
+    latest = tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINTS_DIR))
     if latest is None:
         return []
     ledger = PrivacyLedger()
@@ -194,7 +195,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, ledger=model.ledger,
                                      noise=engine.generator, loss_rng=model.rng, step_count=model.step_count,
                                      run=state)
-    manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, "checkpoints"), max_to_keep=2)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, CHECKPOINTS_DIR), max_to_keep=2)
     resumed = manager.latest_checkpoint is not None
     if resumed:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
@@ -203,12 +204,12 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     noise = plan.effective_noise_multiplier
     if plan.config.private:
         model.ledger.begin(q, noise)  # after the restore: continues or folds the saved segment
-    write_json(os.path.join(output_dir, "privacy_plan.json"), {**plan.summary(), "planned_steps": plan.planned_steps})
+    write_json(os.path.join(output_dir, PRIVACY_PLAN_FILE), {**plan.summary(), "planned_steps": plan.planned_steps})
     privacy = (PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon, plan.accountant,
                                announce=announce_budget_stop) if plan.config.private else None)
     callbacks = ([privacy] if privacy else []) + [
         CheckpointCallback(manager, state.epoch),
-        keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
+        keras.callbacks.TensorBoard(os.path.join(output_dir, LOGS_DIR), write_graph=False),
         *extra_callbacks,
     ]
     initial_epoch = int(state.epoch.numpy())

@@ -53,20 +53,19 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError
+from tfpriv.files import write_json
 from tfpriv.privacy.accounting import DEFAULT_ORDERS
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
-from tfpriv.training.results import write_json
+from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, TRIALS_DIR, TUNING_FILE, TUNING_PLAN_FILE,
+                               TUNING_TRIAL_FILE)
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
 NEUTRAL_KEYS = ("learning_rate", "l2_norm_clip")
-PLAN_FILE, RESULT_FILE, TRIAL_FILE = "tuning_plan.json", "tuning.json", "tuning_trial.json"
-# Released: OUTPUT_DIR/tuning.json (the best trial's values and score, the job's epsilon) and
+# The folders and files: tfpriv/run_folder.py. Released: OUTPUT_DIR/tuning.json (the best trial's values and score, the job's epsilon) and
 # OUTPUT_DIR/best (a copy of the best trial's run). Kept private, outside epsilon: OUTPUT_DIR/private,
 # with K (tuning_plan.json), every trial's run (trials/<trial id>), keras-tuner's oracle state and
 # the record of every trial (tuning.json).
-PRIVATE_DIR, BEST_DIR = "private", "best"
-TRIALS_DIR = os.path.join(PRIVATE_DIR, "trials")
 # Released only by the adaptive tuners, whose epsilon (composition) covers every trial.
 COUNT_KEYS = ("trials_run", "epsilon_naive_composition")
 
@@ -273,7 +272,7 @@ class TuningJob:
     def draw_trials(self, output_dir: str) -> int | None:
         """K for this job: read from tuning_plan.json if the folder has one (never drawn again), else
         drawn now and written there before any trial runs. None for hyperband (its schedule)."""
-        path = os.path.join(output_dir, PRIVATE_DIR, PLAN_FILE)
+        path = os.path.join(output_dir, PRIVATE_DIR, TUNING_PLAN_FILE)
         plan = self.plan_record(None)
         if os.path.isfile(path):
             with open(path) as f:
@@ -335,7 +334,7 @@ class TuningJob:
                     if dist_utils.has_chief_oracle():
                         raise  # a worker records a failed trial; stopping it would leave the chief waiting
                     raise kt.errors.FatalError(str(exc)) from exc
-                write_json(os.path.join(trial_dir, TRIAL_FILE),
+                write_json(os.path.join(trial_dir, TUNING_TRIAL_FILE),
                             {"trial_id": trial.trial_id, "tuner_id": self.tuner_id, "values": values,
                              "objective": score, "epsilon": results.get("epsilon")})
                 ran.append(trial.trial_id)
@@ -370,11 +369,11 @@ class TuningJob:
             trial_dir = os.path.join(output_dir, TRIALS_DIR, trial_id)
             record = {"trial_id": trial_id, "status": trial.status, "objective": trial.score,
                       "values": {n: trial.hyperparameters.values.get(n) for n in self.space}}
-            if os.path.isfile(os.path.join(trial_dir, TRIAL_FILE)):
-                with open(os.path.join(trial_dir, TRIAL_FILE)) as f:
+            if os.path.isfile(os.path.join(trial_dir, TUNING_TRIAL_FILE)):
+                with open(os.path.join(trial_dir, TUNING_TRIAL_FILE)) as f:
                     record.update(json.load(f))
-                if os.path.isfile(os.path.join(trial_dir, "results.json")):  # a trial_fn may write none
-                    record["results"] = os.path.join(trial_dir, "results.json")
+                if os.path.isfile(os.path.join(trial_dir, RESULTS_FILE)):  # a trial_fn may write none
+                    record["results"] = os.path.join(trial_dir, RESULTS_FILE)
             elif trial.message:
                 record["error"] = trial.message.strip().splitlines()[-1]
             records.append(record)
@@ -391,7 +390,7 @@ class TuningJob:
                                    f"{output_dir}, tuning.json is not written")
         common = {"tuner": self.tuner, "objective": dataclasses.asdict(self.objective),
                   "space": {n: dict(s) for n, s in self.space.items()}}
-        write_json(os.path.join(output_dir, PRIVATE_DIR, RESULT_FILE),
+        write_json(os.path.join(output_dir, PRIVATE_DIR, TUNING_FILE),
                    {**common, "trials_drawn": k, "trials": records, "best": best, "privacy": privacy})
         return self.release(output_dir, common, best, privacy)
 
@@ -405,7 +404,7 @@ class TuningJob:
         released = None
         if best is not None:
             shutil.copytree(os.path.join(output_dir, TRIALS_DIR, best["trial_id"]), best_dir,
-                            ignore=shutil.ignore_patterns(TRIAL_FILE))
+                            ignore=shutil.ignore_patterns(TUNING_TRIAL_FILE))
             released = {"values": best["values"], "objective": best["objective"], "run": BEST_DIR}
         if self.tuner == "random":
             privacy = {k: v for k, v in privacy.items() if k not in COUNT_KEYS}
@@ -413,7 +412,7 @@ class TuningJob:
                    if self.tuner == "random" else "epsilon (composition over the trials) covers every trial's model")
         result = {**common, "best": released, "privacy": privacy,
                   "private": f"{PRIVATE_DIR}/: the number of trials, every trial's run and score; {covered}"}
-        write_json(os.path.join(output_dir, RESULT_FILE), result)
+        write_json(os.path.join(output_dir, TUNING_FILE), result)
         return result
 
 

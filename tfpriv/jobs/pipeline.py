@@ -23,8 +23,10 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.errors import UsageError
-from tfpriv.export import export_run
+from tfpriv.jobs.job import registered
+from tfpriv.jobs.serving import export
 from tfpriv.privacy.config import DPConfig
+from tfpriv.run_folder import CHECKPOINTS_DIR, RESULTS_FILE, SAMPLES_FILE, SAMPLES_GRID_FILE
 from tfpriv.training.callbacks import StepProgressBar
 from tfpriv.training.distribute import training_scope
 from tfpriv.training.results import write_results
@@ -89,7 +91,7 @@ class Built:
 
 def checkpoint_position(train_dir: str) -> tuple[int, int]:
     """(train steps, epochs) saved in the latest checkpoint of `train_dir` ((0, 0) if none)."""
-    latest = tf.train.latest_checkpoint(os.path.join(train_dir, "checkpoints"))
+    latest = tf.train.latest_checkpoint(os.path.join(train_dir, CHECKPOINTS_DIR))
     if latest is None:
         return 0, 0
     reader = tf.train.load_checkpoint(latest)
@@ -159,7 +161,7 @@ def common_results(s, plan_: PrivacyPlan, fit: dict, metrics: dict) -> dict:
 
 def previous_segments(output_dir: str) -> list[dict]:
     """The training segments recorded in `output_dir/results.json` by earlier runs."""
-    path = os.path.join(output_dir, "results.json")
+    path = os.path.join(output_dir, RESULTS_FILE)
     try:
         with open(path) as f:
             record = json.load(f)
@@ -194,11 +196,11 @@ class TrainingRun:
 
     `run()`: check the privacy flags -> `validate()` -> `load()` -> `build(data)` -> plan (with
     the ledger of `train_dir`) -> `planned(plan)` -> `fit_private` (writes privacy_plan.json,
-    checkpoints, logs) -> `evaluate()` -> results.json (`common_results` + `record()`).
+    checkpoints, logs) -> `evaluate()` -> `export()` (saved_model/) -> results.json (`common_results` + `record()`).
     After `build`, `self.data`, `self.built`, `self.plan` and `self.fit` hold what each step made.
     """
 
-    train_subdir = ""  # fit_private's folder relative to the run folder (the filter: "stage1")
+    train_subdir = ""  # fit_private's folder relative to the run folder (the filter: `STAGE1_DIR`)
 
     def __init__(self, settings, output_dir: str):
         self.s = settings
@@ -254,8 +256,16 @@ class TrainingRun:
                              self.callbacks(self.plan))
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
-        results["saved_model"] = export_run(self.output_dir)  # OUTPUT_DIR/saved_model: serving signatures
+        results["saved_model"] = self.export()
         return write_run_results(self.output_dir, results, self.fit)
+
+    def export(self) -> dict:
+        """OUTPUT_DIR/saved_model: the serving signatures of the trained model the run saved, as its
+        registered family (`tfpriv.jobs.job.Family`) loads and serves it."""
+        family = registered().get(self.s.model)
+        if family is None:
+            raise UsageError(f"model: {self.s.model!r} is not a registered family (tfpriv.families.register)")
+        return export(self.output_dir, family)
 
 
 def _num_examples(arrays) -> int:
@@ -267,9 +277,9 @@ def write_samples(output_dir: str, arrays: dict, images: np.ndarray | None, labe
                   grid=None) -> dict:
     """`--mode=sample` output of every family: samples.npz (`arrays`) and, for images, samples_grid.png."""
     os.makedirs(output_dir, exist_ok=True)
-    npz = os.path.join(output_dir, "samples.npz")
+    npz = os.path.join(output_dir, SAMPLES_FILE)
     np.savez_compressed(npz, **arrays)
     out = {"samples": npz, "num_samples": int(len(next(iter(arrays.values()))))}
     if images is not None and np.ndim(images) == 4 and grid is not None:
-        out["grid"] = grid(images, os.path.join(output_dir, "samples_grid.png"), labels)
+        out["grid"] = grid(images, os.path.join(output_dir, SAMPLES_GRID_FILE), labels)
     return out

@@ -1,14 +1,15 @@
 """Flags shared by every job. Job-specific flags live beside their jobs (defined once, there).
 
 A flag's default below is the main job's (PriVAE); a job may have its own default for a shared
-flag (its `Job.defaults`, tfpriv/cli/job.py; e.g. --dataset=mnist for the GANs). A value the user
+flag (its `Job.defaults`, tfpriv/jobs/job.py; e.g. --dataset=mnist for the GANs). A value the user
 gives always wins; a shared flag a job does not read is refused rather than ignored.
 """
 from absl import flags
 
 MODES = ("train", "sample")
 
-flags.DEFINE_string("model", "privae", "Model to train: privae (= vae), dpwgan_gp, dpgan or filter.")
+flags.DEFINE_string("model", "privae", "Model to train: privae (= vae), dpwgan_gp, dpgan, filter, or a family "
+                    "registered with tfpriv.families.register.")
 flags.DEFINE_string("mode", "train", f"{', '.join(MODES)}: train a model, or draw samples from a trained run in --output_dir.")
 flags.DEFINE_string("dataset", "digits", "digits (bundled, no download), mnist, fashion_mnist, adult, abalone, pinwheel, "
                     "or tfds:<name>. Default per model: digits (privae), mnist (GANs, filter).")

@@ -8,25 +8,27 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tfpriv.cli import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
-from tfpriv.cli import pipeline
-from tfpriv.cli.job import Job, PrivateSettings
-from tfpriv.cli.pipeline import Built, need, progress
-from tfpriv.cli.tuning import FamilyTuning
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
 from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
+from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs import pipeline
+from tfpriv.jobs.job import Family, Job, PrivateSettings, register
+from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.models import serving
 from tfpriv.models.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
                                          parse_hidden)
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.evaluation import encode_all, evaluate_vae
 from tfpriv.models.plots import image_grid, pinwheel_figure
 from tfpriv.models.priors import GaussianMixture, make_prior
-from tfpriv.models.vae import VAE, load_vae
+from tfpriv.models.vae import VAE, VAE_CONFIG, load_vae
 from tfpriv.privacy.config import DPConfig
+from tfpriv.run_folder import VAE_DIR
 from tfpriv.training.tuner import Objective
 
 flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
@@ -174,7 +176,7 @@ class PriVAERun(pipeline.TrainingRun):
 
     def save_model(self) -> None:
         """Saves the trained VAE the run serves (`tfpriv.load`)."""
-        self.built.model.save_vae(os.path.join(self.output_dir, "vae"))
+        self.built.model.save_vae(os.path.join(self.output_dir, VAE_DIR))
 
     def record(self) -> dict:
         s, vae = self.s, self.built.model
@@ -246,8 +248,8 @@ def run(settings: PriVAESettings, output_dir: str) -> dict:
 
 def sample(settings: PriVAESettings, output_dir: str) -> dict:
     """`--mode=sample`: draws --num_samples from the VAE saved in `output_dir/vae`."""
-    path = os.path.join(output_dir, "vae")
-    if not os.path.isfile(os.path.join(path, "vae.json")):
+    path = os.path.join(output_dir, VAE_DIR)
+    if not os.path.isfile(os.path.join(path, VAE_CONFIG)):
         raise UsageError(f"--output_dir: {output_dir} holds no trained VAE (missing vae/vae.json)")
     need("num_samples", settings.num_samples >= 1, ">= 1", settings.num_samples)
     x = load_vae(path).sample(settings.num_samples, seed=settings.seed).numpy()
@@ -274,3 +276,5 @@ JOB = Job(
                 "sigma": "prior_sigma", "scale": "pinwheel_scale"},
     summary="PriVAE / VAE with term-wise DP-SGD",
 )
+
+FAMILY = register(Family(JOB, load=serving.load_run_vae, serving=serving.serving))

@@ -1,13 +1,16 @@
-"""The job contract of `train.py`: a `Job` per model family and one shared settings reader.
+"""The job contract of `train.py`: a `Job` per model family, the `Family` registry, one shared settings reader.
 
 A family provides
-  * its flags (defined once, in its own module: tfpriv/cli/privae_job.py, tfpriv/gan/cli.py,
-    tfpriv/filter/cli.py; the shared ones are in tfpriv/cli/flags.py),
+  * its flags (defined once, in its own module: tfpriv/models/cli.py, tfpriv/gan/cli.py,
+    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py),
   * a typed settings dataclass whose fields are the flags it reads (`Settings` subclasses),
   * its defaults for shared flags as data (`Job.defaults`, per --model value `Job.model_defaults`),
   * the library parameters whose flag has another name (`Job.flag_names`, e.g. the filter's
     `batch_size` is `--vae_batch_size`),
   * `run(settings, output_dir) -> results` and optionally `sample(settings, output_dir)`.
+  * its `Family`: the job with the loader of its trained model and that model's serving
+    signatures, registered in one line, `register(Family(JOB, load, serving))`; train.py,
+    `tfpriv.load`, the export and `tfpriv.synthesizer` find it by `--model` name (`tfpriv.families`).
 
 `read_settings(job, FLAGS)` builds the settings: a flag the user set wins, else the family's
 default, else the flag's default. A tfpriv flag the user set that the job does not read is
@@ -21,6 +24,7 @@ from typing import Any, Callable, Mapping
 from absl import flags
 
 from tfpriv.errors import UsageError
+from tfpriv.run_folder import CHECKPOINTS_DIR
 
 # Flags that choose what train.py does rather than configure a job.
 CONTROL_FLAGS = ("model", "mode", "output_dir", "audit", "audit_batch_size", "strategy", "num_cpu_devices",
@@ -67,19 +71,24 @@ class Job:
     settings_type: type
     run: Callable[[Any, str], dict]
     sample: Callable[[Any, str], dict] | None = None
-    # The job's `tfpriv.cli.pipeline.TrainingRun` class (`--audit` builds its model without training it).
+    # The job's `tfpriv.jobs.pipeline.TrainingRun` class (`--audit` builds its model without training it).
     training_run: type | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Per --model value (e.g. dpgan vs dpwgan_gp); a callable default is computed from the other settings.
     model_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     flag_names: Mapping[str, str] = dataclasses.field(default_factory=dict)  # library parameter -> flag
-    checkpoint_subdir: str = "checkpoints"  # where a run's checkpoints are, relative to --output_dir
+    checkpoint_subdir: str = CHECKPOINTS_DIR  # where a run's checkpoints are, relative to --output_dir
     summary: str = ""
     tuning: Any = None  # `--tune`'s defaults: a `tfpriv.cli.tuning.FamilyTuning` (space, objectives)
 
     @property
     def name(self) -> str:
         return self.names[0]
+
+    @property
+    def module(self) -> str:
+        """The module of its `run`, where the job's own flags are defined (`--help` lists them under it)."""
+        return self.run.__module__
 
     def fields(self) -> tuple[str, ...]:
         """The flags this job reads (its settings' fields)."""
@@ -88,6 +97,42 @@ class Job:
     def flag_for(self, param: str) -> str:
         """The flag of a library parameter (`batch_size` -> `vae_batch_size` for the filter)."""
         return self.flag_names.get(param) or COMMON_FLAG_NAMES.get(param, param)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model family as train.py, `tfpriv.load`, the SavedModel export and `tfpriv.synthesizer` see it:
+    its job (`--model` names, flags, settings, `TrainingRun`, `--tune` space), how to load the trained
+    model a run folder holds, and that model's serving signatures (`tfpriv.jobs.serving.Serving`).
+    A family package registers it with one line, `register(Family(JOB, load, serving))`."""
+    job: Job
+    load: Callable[[str], Any]  # run folder -> the trained model (`tfpriv.load`)
+    serving: Callable[[Any], Any]  # trained model -> its `Serving` (the SavedModel's signatures)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.job.names
+
+
+# --model name -> family: the one registry (results.json's `model` is one of these names).
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Makes `family` a model of train.py (`--model`), `tfpriv.load` and the export, under each of
+    its names; returns it. A name another family's job already has is refused."""
+    for name in family.names:
+        other = _FAMILIES.get(name)
+        if other is not None and other.job.module != family.job.module:
+            raise ValueError(f"family: --model={name} is already the family of {other.job.module}")
+    for name in family.names:
+        _FAMILIES[name] = family
+    return family
+
+
+def registered() -> dict[str, Family]:
+    """The registered families by `--model` name, in the order they were registered."""
+    return dict(_FAMILIES)
 
 
 def user_set(flag_values: flags.FlagValues, name: str) -> bool:
@@ -99,9 +144,10 @@ def user_set(flag_values: flags.FlagValues, name: str) -> bool:
 
 
 def tfpriv_flag_modules(flag_values: flags.FlagValues) -> list[str]:
-    """Modules of tfpriv that define flags, shared flags first."""
-    modules = [m for m in flag_values.flags_by_module_dict() if m.startswith("tfpriv.")]
-    return sorted(modules, key=lambda m: (m != "tfpriv.cli.flags", m))
+    """Modules of tfpriv and of the registered families' jobs that define flags, shared flags first."""
+    jobs = {family.job.module for family in _FAMILIES.values()}
+    modules = [m for m in flag_values.flags_by_module_dict() if m.startswith("tfpriv.") or m in jobs]
+    return sorted(modules, key=lambda m: (m != "tfpriv.jobs.flags", not m.startswith("tfpriv."), m))
 
 
 def tfpriv_flags(flag_values: flags.FlagValues) -> list[str]:

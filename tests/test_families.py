@@ -1,0 +1,152 @@
+"""Adding a model family is its package plus one registry line: a toy family defined here, outside
+tfpriv/, trains through train.py's entry (`tfpriv.cli.main`), loads with `tfpriv.load`, serves its
+SavedModel signature and tunes with `--tune`, like the built-in families (`tfpriv.families`)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import tfpriv
+from tests.cli.helpers import train_py
+from tfpriv.compat import keras
+from tfpriv.data import load_dataset
+from tfpriv.families import Family, families, register
+from tfpriv.jobs import job as job_registry
+from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs.pipeline import Built, TrainingRun
+from tfpriv.jobs.serving import N, SEED, Serving, function, seed_pair
+from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.terms import LossTerms, TermSpec
+from tfpriv.privacy.tuning import TrialCount
+from tfpriv.training.dp_model import DPModel
+from tfpriv.training.tuner import Objective
+
+flags.DEFINE_float("toy_init", 0.5, "Toy family (tests/test_families.py): the centre's initial value.")
+
+CENTRE_FILE = "toy_centre.npy"
+SAMPLE_STD = 0.1
+
+
+class Toy(DPModel):
+    """Learns the data's mean: one sample-wise term, an example's squared distance to the centre."""
+
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.centre = keras.layers.Dense(dim, use_bias=False, kernel_initializer=keras.initializers.Constant(init))
+
+    def term_spec(self) -> TermSpec:
+        return TermSpec(sample=("distance",))
+
+    def loss_terms(self, x, layout, training=True) -> LossTerms:
+        centre = self.centre(tf.ones_like(x[:, :1]))
+        return LossTerms({"distance": tf.reduce_sum(tf.square(x - centre), axis=1)})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToySettings(PrivateSettings):
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    toy_init: float
+
+
+def flat(x: np.ndarray) -> np.ndarray:
+    return x.reshape(len(x), -1)
+
+
+class ToyRun(TrainingRun):
+    def load(self):
+        return load_dataset(self.s.dataset, self.s.data_dir)
+
+    def build(self, data) -> Built:
+        s = self.s
+        x = flat(data.x_train)
+        config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
+                          num_partitions=1, clipping=s.clipping, seed=s.seed)
+        return Built(Toy(x.shape[1], s.toy_init), x, keras.optimizers.SGD(s.learning_rate), config, s.batch_size,
+                     s.epochs, s.sampling)
+
+    def evaluate(self) -> dict:
+        centre = self.built.model.centre.kernel.numpy()[0]
+        np.save(os.path.join(self.output_dir, CENTRE_FILE), centre)
+        return {"test_error": float(np.mean(np.sum((flat(self.data.x_test) - centre) ** 2, axis=1)))}
+
+
+class TrainedToy:
+    """The trained centre: `sample(n, seed)` draws N(centre, SAMPLE_STD^2 I) statelessly from `seed`."""
+
+    def __init__(self, centre: np.ndarray):
+        self.centre = tf.Variable(centre, trainable=False)
+
+    def sample(self, n, seed) -> tf.Tensor:
+        noise = tf.random.stateless_normal(tf.stack([n, tf.shape(self.centre)[0]]), seed=seed_pair(seed, 0))
+        return self.centre + SAMPLE_STD * noise
+
+
+def load_toy(run_dir: str) -> TrainedToy:
+    return TrainedToy(np.load(os.path.join(run_dir, CENTRE_FILE)))
+
+
+def toy_serving(model: TrainedToy) -> Serving:
+    return Serving({"sample": function(lambda n, seed: {"x": model.sample(n, seed)}, N, SEED)}, [model.centre])
+
+
+def run(settings: ToySettings, output_dir: str) -> dict:
+    return ToyRun(settings, output_dir).run()
+
+
+JOB = Job(names=("toy",), settings_type=ToySettings, run=run, training_run=ToyRun, summary="a toy family",
+          defaults={"dataset": "digits", "aggregation": "micro", "epochs": 1, "batch_size": 256,
+                    "learning_rate": 0.1},
+          tuning=FamilyTuning(space={"learning_rate": {"type": "float", "min": 0.01, "max": 0.5, "log": True}},
+                              objectives=(Objective("test_error", "min", reads="test"),)))
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy family registered for one test (the registry as it was afterwards)."""
+    monkeypatch.setattr(job_registry, "_FAMILIES", families())  # built-ins first, then a copy
+    return register(Family(JOB, load=load_toy, serving=toy_serving))  # the one registry line
+
+
+def test_a_family_from_outside_tfpriv_trains_loads_and_serves(tmp_path, capsys, toy):
+    out = tmp_path / "run"
+    proc = train_py("--model=toy", f"--output_dir={out}", "--toy_init=0.25", "--seed=0", "--verbose=0",
+                    capsys=capsys)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == "toy" and 0 < results["epsilon"] < np.inf and results["metrics"]["test_error"] > 0
+    assert f"epsilon = {results['epsilon']:.4g}" in proc.stdout
+    assert results["saved_model"]["signatures"] == {
+        "sample": {"inputs": {"n": "int32[]", "seed": "int64[]"}, "outputs": ["x"]}}
+    trained = tfpriv.load(str(out))
+    assert isinstance(trained, TrainedToy) and trained.centre.shape == (64,)
+    served = tf.saved_model.load(results["saved_model"]["path"]).signatures["sample"](
+        n=tf.constant(3), seed=tf.constant(np.int64(5)))["x"]
+    np.testing.assert_allclose(served.numpy(), trained.sample(3, 5).numpy(), rtol=1e-6, atol=1e-6)
+    # its flag is its own: refused for another family, listed by --help under it
+    proc = train_py("--model=privae", "--toy_init=1", f"--output_dir={tmp_path}/other", capsys=capsys)
+    assert proc.returncode == 2 and "--toy_init: does not apply to --model=privae" in proc.stderr
+    assert "--model=toy (a toy family):" in train_py("--help", capsys=capsys).stdout
+
+
+def test_a_family_from_outside_tfpriv_tunes(tmp_path, capsys, toy):
+    count = TrialCount("geometric", 2.0)
+    seed = next(s for s in range(100) if count.sample(np.random.default_rng(s)) == 2)  # the job draws K = 2
+    out = tmp_path / "tune"
+    proc = train_py("--model=toy", f"--output_dir={out}", "--tune", "--mean_trials=2", f"--seed={seed}",
+                    "--verbose=0", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "private" / "tuning.json").read_text())
+    assert [trial["status"] for trial in record["trials"]] == ["COMPLETED", "COMPLETED"]
+    released = json.loads((out / "tuning.json").read_text())
+    assert released["objective"]["name"] == "test_error" and 0 < released["privacy"]["epsilon"] < np.inf
+    best = tfpriv.load(str(out / "best"))
+    assert isinstance(best, TrainedToy)
