@@ -9,7 +9,8 @@ Every run: `results.json` (`tfpriv.training.results`), `privacy_plan.json` (writ
 number of trials; `trials/<id>/`: every trial's run folder with its `tuning_trial.json`).
 
 The trained model a built-in family saves (`tfpriv.load`): PriVAE `vae/`; a GAN `generator.keras`,
-`gan.json` (its settings) and `progress.json` (epsilon and scores per epoch); the filter `vae/` (the
+`gan.json` (its settings) and `progress.json` (epsilon and scores per epoch), and after
+`python -m tfpriv.gan.rescore` `rescore_dpimagebench.json`; the filter `vae/` (the
 frozen stage-1 VAE), `filter/` (or `filter/user<k>/`) and `stage1/` (stage 1's checkpoints, logs and plan).
 """
 import os
@@ -34,5 +35,6 @@ VAE_DIR = "vae"
 GENERATOR_FILE = "generator.keras"
 GAN_CONFIG_FILE = "gan.json"
 PROGRESS_FILE = "progress.json"
+RESCORE_DPIMAGEBENCH_FILE = "rescore_dpimagebench.json"
 FILTER_DIR = "filter"
 STAGE1_DIR = "stage1"

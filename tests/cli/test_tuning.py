@@ -167,6 +167,16 @@ def test_the_gan_chooses_among_trials_by_scores_of_the_test_split_only(tmp_path)
         assert all(metric.endswith("_public") or metric == "downstream_accuracy" for metric in objective.terms)
 
 
+@pytest.mark.parametrize("flag", ["--eval_protocol=dpimagebench", "--nopublic_scores"])
+def test_a_setting_tune_fixes_for_every_trial_is_refused_not_overridden(tmp_path, capsys, flag):
+    """The GAN's trials run --eval_protocol=tfpriv with --public_scores (the tuning job's accounting
+    covers training only; its choice reads the test split only): a user asking otherwise is told so."""
+    out = tmp_path / "tune"
+    line = assert_one_line_error(train_py(f"--output_dir={out}", "--model=dpgan", "--tune", "--conditional",
+                                          flag, capsys=capsys), flag.split("=")[0].replace("--no", "--"), out)
+    assert "--tune's trials" in line, line
+
+
 def test_the_filter_cannot_choose_among_private_trials(tmp_path, capsys):
     """The filter's objectives come from classifiers fitted on training codes (through a filter fitted
     without privacy): with a private stage 1 they are refused in one line, before any output."""

@@ -202,6 +202,11 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = f
     if user_set(flag_values, "trial_count_shape") and flag_values.trial_count != "negative_binomial":
         raise UsageError(f"--trial_count_shape: only applies to --trial_count=negative_binomial, "
                          f"got --trial_count={flag_values.trial_count}")
+    for name, value in family.trial_settings.items():  # fixed for every trial: a different user value is refused
+        flag = job.flag_for(name)
+        if user_set(flag_values, flag) and getattr(flag_values, flag) != value:
+            raise UsageError(f"--{flag}: --tune's trials of --model={settings.model} run with --{flag}={value}; "
+                             f"not with --{flag}={getattr(flag_values, flag)}")
     count = trial_count(flag_values)
     objective = family.objective(flag_values.objective)
     space = read_space(family.space, flag_values.search_space)

@@ -19,9 +19,11 @@ import math
 import os
 import sys
 
+from tfpriv import run_folder
 from tfpriv.errors import UsageError
+from tfpriv.files import write_json
 
-OUTPUT_FILE = "rescore_dpimagebench.json"
+OUTPUT_FILE = run_folder.RESCORE_DPIMAGEBENCH_FILE
 GAN_MODELS = ("dpwgan_gp", "dpgan")
 NO_HOLDOUT_NOTE = ("the generator was trained on the whole training split (no private validation split was held "
                    "out), so each classifier's epoch is chosen on synthetic validation images (DPImageBench's "
@@ -47,11 +49,11 @@ def rescore(run_dir: str, *, selection_epsilon: float | None = None, depth: int 
             seed: int | None = None, verbose: int = 0) -> dict:
     """DPImageBench's protocol on the generator of the GAN run in `run_dir`; writes and returns the record."""
     from tfpriv.metrics import dpimagebench, resnet
-    results = _read_json(os.path.join(run_dir, "results.json"), "the run's record")
+    results = _read_json(os.path.join(run_dir, run_folder.RESULTS_FILE), "the run's record")
     if results.get("model") not in GAN_MODELS:
         raise UsageError(f"run_dir: {run_dir} is not a GAN run (model {results.get('model')!r})")
-    config = _read_json(os.path.join(run_dir, "gan.json"), "the generator's settings")
-    generator_file = os.path.join(run_dir, "generator.keras")
+    config = _read_json(os.path.join(run_dir, run_folder.GAN_CONFIG_FILE), "the generator's settings")
+    generator_file = os.path.join(run_dir, run_folder.GENERATOR_FILE)
     if not os.path.isfile(generator_file):
         raise UsageError(f"run_dir: {generator_file} is missing (the generator's weights are needed to re-score)")
     num_classes = config.get("num_classes")
@@ -97,7 +99,6 @@ def rescore(run_dir: str, *, selection_epsilon: float | None = None, depth: int 
                    "num_examples": results["num_examples"]})
     if not held_out:
         record["note"] = NO_HOLDOUT_NOTE
-    from tfpriv.training.results import write_json
     write_json(os.path.join(run_dir, OUTPUT_FILE), record, indent=2, sort_keys=True)
     return record
 
