@@ -219,7 +219,8 @@ class DPTraining:
             x, _, per_epoch = make_dataset(arrays if y is not None else arrays[0],
                                            int(round(self.dp_config.expected_batch_size)), "poisson", seed, start)
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
-            kwargs.setdefault("shuffle", False)  # the sampler draws the batches (Keras 3 warns on shuffle=True)
+        if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
+            kwargs.setdefault("shuffle", False)
         if getattr(self, "engine", None) is None:
             if _is_iterator(x):  # a Python generator: peek at its first batch, then put it back
                 first = next(x)
