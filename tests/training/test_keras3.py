@@ -138,3 +138,22 @@ def test_tf_data_progress_bar_save_load_and_export(tmp_path, capsys):
     dp_model.export(str(tmp_path / "saved_model"), verbose=False)
     served = tf.saved_model.load(str(tmp_path / "saved_model"))  # kept: its variables live as long as it does
     np.testing.assert_allclose(served.serve(tf.constant(x)).numpy(), model.predict(x, verbose=0), rtol=1e-5)
+
+
+class _Bilinear(L.Layer):
+    """A custom layer with weights called on two tensors: no rule, and the fallback takes one input."""
+
+    def build(self, a_shape, b_shape=None):
+        self.w = self.add_weight(shape=(4, 4), initializer="ones")
+
+    def call(self, a, b):
+        return tf.matmul(a, self.w) * b
+
+
+def test_a_layer_no_path_supports_is_refused_in_one_line_naming_it():
+    a, b = L.Input([4]), L.Input([4])
+    model = keras.Model([a, b], L.Dense(2)(_Bilinear(name="bilinear")(a, b)))
+    x = np.random.default_rng(0).random((N, 4), dtype=np.float32)
+    with pytest.raises(TypeError) as refused:
+        _private(model).fit(tf.data.Dataset.from_tensor_slices(((x, x), np.zeros(N, np.int32))).batch(B), verbose=0)
+    assert str(refused.value) == "bilinear: positional call arguments besides inputs are not supported by the DP engine"

@@ -142,9 +142,14 @@ class TapRecorder:
         def call(inputs, *args, **kwargs):
             if not getattr(self._local, "on", False):  # another thread records; this one does not
                 return original(inputs, *args, **kwargs)
-            if args:
-                raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by the DP engine")
-            out, tapped = rule.forward(layer, original, inputs, kwargs)
+            try:
+                if args:
+                    raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by "
+                                    "the DP engine")
+                out, tapped = rule.forward(layer, original, inputs, kwargs)
+            except TypeError as err:  # a refusal naming the layer stays one line (Keras 3 would add its arguments)
+                err._keras_call_info_injected = True  # Keras 3's mark of an error annotated already
+                raise
             self._local.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs))
             return out
 

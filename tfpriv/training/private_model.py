@@ -7,7 +7,8 @@
     history = dp_model.fit(x_train, y_train, epochs=2)    # history.history["epsilon"]
     dp_model.save("m.keras")                              # saves keras_model itself
 
-`loss` is a Keras loss name, a `keras.losses.Loss` (any reduction: a copy with reduction NONE
+A Keras 3 model (`import keras`) gets a Keras 3 model back (`tfpriv.training.keras3`).
+`loss` is a Keras loss name, a `keras.losses.Loss` (any reduction: a copy with reduction "none"
 is used) or a function `(y_true, y_pred)` returning one value per example. Out-of-range class
 labels are dropped like non-finite examples (`class_labels`; docs/privacy.md, "Non-finite and
 extreme examples"). The wrapped model's loss is one sample-wise term, so each example's gradient
@@ -244,8 +245,11 @@ def _per_example(values: tf.Tensor) -> tf.Tensor:
 
 def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  batch_size: int, delta: float | None = None, max_epsilon: float | None = None,
-                 target_epsilon: float | None = None, epochs: int | None = None) -> PrivateModel:
+                 target_epsilon: float | None = None, epochs: int | None = None) -> PrivateTraining:
     """Wraps `model` for DP-SGD with `config` at expected batch size `batch_size` over `num_examples`.
+
+    `model` is a Keras 2 (tf-keras) or a Keras 3 (`import keras`) model; the result is a model of the
+    same Keras (`PrivateModel`, or `tfpriv.training.keras3.PrivateModel`) trained by the same engine.
 
     With `target_epsilon` (and `epochs`) the noise multiplier is calibrated by the RDP accountant
     for that many epochs of Poisson-sampled steps instead of taken from `config`.
