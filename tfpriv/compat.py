@@ -67,4 +67,9 @@ def is_keras3(obj) -> bool:
     return k3 is not None and isinstance(obj, k3.layers.Layer)
 
 
-__all__ = ["is_keras3", "keras", "keras3", "keras_classes", "keras_modules"]
+def keras_of(obj):
+    """The Keras module of the layer or model `obj`: Keras 3 for a Keras 3 one, else Keras 2."""
+    return keras3() if is_keras3(obj) else keras
+
+
+__all__ = ["is_keras3", "keras", "keras3", "keras_classes", "keras_modules", "keras_of"]

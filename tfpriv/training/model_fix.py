@@ -19,7 +19,7 @@ with its fixed moving statistics and updating nothing, so it is per-example and 
 from __future__ import annotations
 
 
-from tfpriv.compat import is_keras3, keras, keras3, keras_classes
+from tfpriv.compat import is_keras3, keras, keras_classes, keras_of
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.taps import require_layer_owned
 
@@ -39,7 +39,7 @@ def _is_batch_norm(layer: Layer) -> bool:
 def _rebuildable(model: Layer) -> bool:
     """A Sequential or functional model of either Keras (Keras can clone it; a subclassed one it cannot)."""
     return (isinstance(model, keras_classes("Sequential")) or getattr(model, "_is_graph_network", False)
-            or (is_keras3(model) and isinstance(model, keras_classes("Model")) and hasattr(model, "operations")))
+            or (is_keras3(model) and hasattr(model, "operations")))  # Keras 3's functional models: their graph
 
 
 def _layers(model: Layer) -> list[Layer]:
@@ -80,9 +80,8 @@ def _group_norm(bn: keras.layers.BatchNormalization) -> Layer:
     channels = int(bn.moving_mean.shape[0])
     keys = ("epsilon", "center", "scale", "beta_initializer", "gamma_initializer", "beta_regularizer",
             "gamma_regularizer", "beta_constraint", "gamma_constraint", "dtype")
-    module = keras3() if is_keras3(bn) else keras  # the BatchNormalization's own Keras
-    return module.layers.GroupNormalization(groups=groups_for(channels), axis=axis, name=f"{bn.name}_group_norm",
-                                            **{k: config[k] for k in keys})
+    return keras_of(bn).layers.GroupNormalization(groups=groups_for(channels), axis=axis,
+                                                  name=f"{bn.name}_group_norm", **{k: config[k] for k in keys})
 
 
 def _clone(model: keras.Model, copies: list[tuple[Layer, Layer]]) -> keras.Model:
@@ -100,8 +99,7 @@ def _clone(model: keras.Model, copies: list[tuple[Layer, Layer]]) -> keras.Model
         copies.append((layer, new))
         return new
 
-    module = keras3() if is_keras3(model) else keras
-    return module.models.clone_model(model, clone_function=clone_layer)
+    return keras_of(model).models.clone_model(model, clone_function=clone_layer)
 
 
 def fix_model(model: keras.Model) -> keras.Model:
