@@ -57,7 +57,12 @@ class LayerNormalizationRule(AffineNormalizationRule):
 
 
 def _axes(layer: Layer) -> list[int] | None:
-    """The built layer's normalised axes, non-negative (Keras 3 keeps negative ones), or None if its
-    input rank is not known."""
-    shape = (layer.get_build_config() or {}).get("input_shape") if layer.built else None
-    return None if shape is None else [a % len(shape) for a in layer.axis]
+    """The built layer's normalised axes, non-negative, or None if not known. Keras 2 makes them
+    non-negative when it builds; Keras 3 keeps negative ones, resolved here by its input's rank."""
+    if not layer.built:
+        return None
+    axes = list(layer.axis)
+    if all(a >= 0 for a in axes):
+        return axes
+    shape = (layer.get_build_config() or {}).get("input_shape")
+    return None if shape is None else [a % len(shape) for a in axes]
