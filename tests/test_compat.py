@@ -5,11 +5,12 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import tensorflow as tf
 
 from tests.conftest import REPO_ROOT
-from tfpriv.compat import KERAS3_TF, keras, tf_version
+from tfpriv.compat import KERAS3_TF, keras, keras3, keras_classes, keras_modules, tf_version
 from tools.use_compat_keras import TF_KERAS, python_files
 
 # Prints what a program sees as tf.keras and keras after importing TensorFlow (and tfpriv if asked).
@@ -53,3 +54,16 @@ def test_no_tf_keras_outside_compat():
     is Keras 3 on TF >= 2.16 and mixes two Keras versions (fix: `python tools/use_compat_keras.py`)."""
     offenders = [str(f) for f in python_files(REPO_ROOT) if TF_KERAS.search((REPO_ROOT / f).read_text())]
     assert offenders == []
+
+
+def test_keras3_is_the_users_keras_3_module_only(monkeypatch):
+    """`keras3()` never imports: it is the loaded `keras` module if that is Keras 3 (None for Keras 2,
+    TF 2.15's `keras`, or nothing loaded), and `keras_classes` adds its class to Keras 2's."""
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
+    assert keras3() is None and keras_classes("layers.Dense") == (keras.layers.Dense,)
+    fake = types.SimpleNamespace(__version__="3.99.0", layers=types.SimpleNamespace(Dense=type("Dense", (), {})))
+    monkeypatch.setitem(sys.modules, "keras", fake)
+    assert keras3() is fake and keras_classes("layers.Dense") == (keras.layers.Dense, fake.layers.Dense)
+    assert keras_classes("layers.NoSuchLayer") == ()
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="2.15.0"))
+    assert keras3() is None and keras_modules() == (keras,)

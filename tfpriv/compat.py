@@ -4,7 +4,15 @@ tfpriv is written against the Keras 2 API. TensorFlow 2.15's `tf.keras` is Keras
 TensorFlow 2.16 on, `tf.keras` is Keras 3 and Keras 2 is the separate `tf_keras` package (same
 version as TensorFlow). This module imports the right one directly, so tfpriv never reads or sets
 `TF_USE_LEGACY_KERAS`, and the user's `tf.keras` and `keras` (Keras 3) stay what they were.
+
+A user's model may also be a Keras 3 model (`import keras`, TensorFlow backend). tfpriv never imports
+Keras 3 itself: `keras3()` is the module only once the user has imported it (a Keras 3 model cannot
+exist before), and `keras_classes` is the one place where type checks learn both Kerases' classes.
 """
+from __future__ import annotations
+
+import sys
+
 import tensorflow as tf
 
 # TF 2.16 is the first release whose tf.keras is Keras 3.
@@ -26,4 +34,42 @@ if tf_version() >= KERAS3_TF:
 else:
     keras = tf.keras
 
-__all__ = ["keras"]
+
+
+def keras3():
+    """The Keras 3 module if the user has imported it, else None; imports nothing. (On TensorFlow 2.15
+    `keras` is Keras 2, the same module as `tf.keras`.)"""
+    module = sys.modules.get("keras")
+    return module if str(getattr(module, "__version__", "")).startswith("3.") else None
+
+
+def keras_modules() -> tuple:
+    """Keras 2 and, once imported, Keras 3."""
+    k3 = keras3()
+    return (keras,) if k3 is None else (keras, k3)
+
+
+def keras_classes(path: str) -> tuple[type, ...]:
+    """The class at `path` ("layers.Dense", "Model") in Keras 2 and, once imported, in Keras 3."""
+    found = []
+    for module in keras_modules():
+        obj = module
+        for name in path.split("."):
+            obj = getattr(obj, name, None)
+        if isinstance(obj, type):
+            found.append(obj)
+    return tuple(found)
+
+
+def is_keras3(obj) -> bool:
+    """Whether `obj` is a Keras 3 layer or model."""
+    k3 = keras3()
+    return k3 is not None and isinstance(obj, k3.layers.Layer)
+
+
+def keras_of(obj):
+    """The Keras module of the layer or model `obj`: Keras 3 for a Keras 3 one, else Keras 2."""
+    return keras3() if is_keras3(obj) else keras
+
+
+__all__ = ["is_keras3", "keras", "keras3", "keras_classes", "keras_modules", "keras_of"]

@@ -17,25 +17,29 @@ from typing import Iterable, Sequence
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import keras, keras_classes
 from tfpriv.errors import ConfigError
 from tfpriv.privacy import rules
 
-Layer = keras.layers.Layer
-# Layers tracked as one unit with all their sublayers' variables: an RNN calls its cell inside a
-# while_loop, where a cell call cannot be tapped (its gradient is not a tensor of the step's graph).
-UNITS = (keras.layers.RNN, keras.layers.Bidirectional)
+Layer = keras.layers.Layer  # or a Keras 3 layer: the checks below use `keras_classes` (both Kerases)
+
+
+def units() -> tuple[type, ...]:
+    """Layers tracked as one unit with all their sublayers' variables: an RNN calls its cell inside a
+    while_loop, where a cell call cannot be tapped (its gradient is not a tensor of the step's graph)."""
+    return keras_classes("layers.RNN") + keras_classes("layers.Bidirectional")
 
 
 def leaf_layers(roots: Sequence[tf.Module]) -> list[Layer]:
-    """Layers (below `roots`) that own trainable variables directly (a `UNITS` layer: through its
+    """Layers (below `roots`) that own trainable variables directly (a `units()` layer: through its
     sublayers, which are then not leaves), each once."""
     found: dict[int, Layer] = {}
+    layer_types, unit_types = keras_classes("layers.Layer"), units()
     for root in roots:
-        candidates = [root] if isinstance(root, Layer) else []
-        if isinstance(root, Layer):
+        candidates = [root] if isinstance(root, layer_types) else []
+        if isinstance(root, layer_types):
             candidates += list(root._flatten_layers(include_self=False, recursive=True))
-        inside_units = {id(s) for layer in candidates if isinstance(layer, UNITS)
+        inside_units = {id(s) for layer in candidates if isinstance(layer, unit_types)
                         for s in layer._flatten_layers(include_self=False, recursive=True)}
         for layer in candidates:
             if id(layer) not in inside_units and _own_trainable(layer):
@@ -44,8 +48,8 @@ def leaf_layers(roots: Sequence[tf.Module]) -> list[Layer]:
 
 
 def _own_trainable(layer: Layer) -> list[tf.Variable]:
-    """Trainable variables of `layer` not owned by one of its sublayers (all of a `UNITS` layer's)."""
-    if isinstance(layer, UNITS):
+    """Trainable variables of `layer` not owned by one of its sublayers (all of a `units()` layer's)."""
+    if isinstance(layer, units()):
         return list(layer.trainable_weights)
     sub = {id(v) for s in layer._flatten_layers(include_self=False, recursive=True) for v in s.trainable_weights}
     return [v for v in layer.trainable_weights if id(v) not in sub]
@@ -138,9 +142,14 @@ class TapRecorder:
         def call(inputs, *args, **kwargs):
             if not getattr(self._local, "on", False):  # another thread records; this one does not
                 return original(inputs, *args, **kwargs)
-            if args:
-                raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by the DP engine")
-            out, tapped = rule.forward(layer, original, inputs, kwargs)
+            try:
+                if args:
+                    raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by "
+                                    "the DP engine")
+                out, tapped = rule.forward(layer, original, inputs, kwargs)
+            except TypeError as err:  # a refusal naming the layer stays one line (Keras 3 would add its arguments)
+                err._keras_call_info_injected = True  # Keras 3's mark of an error annotated already
+                raise
             self._local.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs))
             return out
 

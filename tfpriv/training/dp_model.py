@@ -41,8 +41,11 @@ def default_delta(num_examples: int) -> float:
     return min(delta, 1e-5)
 
 
-class DPModel(keras.Model):
-    """Base class for models trained through `tfpriv.privacy`."""
+class DPTraining:
+    """What every private model does, whichever Keras its model class comes from: mixed into
+    `DPModel` (Keras 2) and, for a Keras 3 model, `tfpriv.training.keras3`'s classes."""
+
+    keras_module = keras  # the Keras of the model class: its metrics and progress bar
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -181,9 +184,10 @@ class DPModel(keras.Model):
                 engine.verify(self.loss_fn, inputs)
         for generator, state in streams:
             generator.state.assign(state)
-        self._trackers.update({name: keras.metrics.Mean(name=name) for name in self.metric_names()})
+        metrics = self.keras_module.metrics
+        self._trackers.update({name: metrics.Mean(name=name) for name in self.metric_names()})
         if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
-            self._trackers["dropped"] = keras.metrics.Sum(name="dropped")
+            self._trackers["dropped"] = metrics.Sum(name="dropped")
         return engine
 
     def build_extra(self, sample_batch) -> None:
@@ -215,6 +219,8 @@ class DPModel(keras.Model):
             x, _, per_epoch = make_dataset(arrays if y is not None else arrays[0],
                                            int(round(self.dp_config.expected_batch_size)), "poisson", seed, start)
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
+        if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
+            kwargs.setdefault("shuffle", False)
         if getattr(self, "engine", None) is None:
             if _is_iterator(x):  # a Python generator: peek at its first batch, then put it back
                 first = next(x)
@@ -226,11 +232,15 @@ class DPModel(keras.Model):
         if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
             callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.sampling_rate,
                                                 self.effective_noise_multiplier, self.max_epsilon, self.accountant))
-        if verbose != 0 and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+        if verbose != 0 and not any(isinstance(c, self.keras_module.callbacks.ProgbarLogger) for c in callbacks):
             # After the privacy callback, so the progress bar's epoch line shows epsilon.
-            callbacks.append(keras.callbacks.ProgbarLogger(count_mode="steps"))
+            callbacks.append(self.progress_bar())
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
                            steps_per_epoch=steps_per_epoch, **kwargs)
+
+    def progress_bar(self):
+        """The progress bar `fit` adds after the privacy callback."""
+        return keras.callbacks.ProgbarLogger(count_mode="steps")
 
     @property
     def metrics(self):
@@ -258,6 +268,10 @@ class DPModel(keras.Model):
             elif value is not None:
                 tracker.update_state(value)
         return {name: t.result() for name, t in self._trackers.items()}
+
+
+class DPModel(DPTraining, keras.Model):
+    """Base class for models trained through `tfpriv.privacy` (a Keras 2 model; see `DPTraining`)."""
 
 
 def _is_arrays(x) -> bool:

@@ -11,13 +11,15 @@ multiple of 32, the largest divisor of C below 32 (GroupNormalization needs C di
 number of groups; C = 3 gives 3 groups of one channel, a prime C > 32 one group: layer
 normalisation over the channels).
 
+Keras 2 and Keras 3 models alike: the replacement is the model's own Keras' GroupNormalization.
+
 A frozen BatchNormalization (`trainable=False`) runs in inference mode in keras, normalising
 with its fixed moving statistics and updating nothing, so it is per-example and left as it is.
 """
 from __future__ import annotations
 
 
-from tfpriv.compat import keras
+from tfpriv.compat import is_keras3, keras, keras_classes, keras_of
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.taps import require_layer_owned
 
@@ -30,17 +32,27 @@ def groups_for(channels: int) -> int:
     return max(g for g in range(1, min(channels, MAX_GROUPS) + 1) if channels % g == 0)
 
 
+def _is_batch_norm(layer: Layer) -> bool:
+    return isinstance(layer, keras_classes("layers.BatchNormalization"))
+
+
+def _rebuildable(model: Layer) -> bool:
+    """A Sequential or functional model of either Keras (Keras can clone it; a subclassed one it cannot)."""
+    return (isinstance(model, keras_classes("Sequential")) or getattr(model, "_is_graph_network", False)
+            or (is_keras3(model) and hasattr(model, "operations")))  # Keras 3's functional models: their graph
+
+
 def _layers(model: Layer) -> list[Layer]:
     return [model] + list(model._flatten_layers(include_self=False, recursive=True))
 
 
 def _problem(layer: Layer) -> str | None:
     """Why `layer` cannot be trained with per-example clipping, or None."""
-    if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
+    if _is_batch_norm(layer) and layer.trainable:
         return ("BatchNormalization mixes the examples of a batch (batch statistics) and updates its moving "
                 "statistics from them; replace it by GroupNormalization (tfpriv.fix_model does so in Sequential "
                 "and functional models)")
-    if not isinstance(layer, keras.Model) and getattr(layer, "stateful", False) is True:
+    if not isinstance(layer, keras_classes("Model")) and getattr(layer, "stateful", False) is True:
         return "stateful=True carries one batch's examples into the next batches' gradients; use stateful=False"
     return None
 
@@ -68,8 +80,8 @@ def _group_norm(bn: keras.layers.BatchNormalization) -> Layer:
     channels = int(bn.moving_mean.shape[0])
     keys = ("epsilon", "center", "scale", "beta_initializer", "gamma_initializer", "beta_regularizer",
             "gamma_regularizer", "beta_constraint", "gamma_constraint", "dtype")
-    return keras.layers.GroupNormalization(groups=groups_for(channels), axis=axis, name=f"{bn.name}_group_norm",
-                                              **{k: config[k] for k in keys})
+    return keras_of(bn).layers.GroupNormalization(groups=groups_for(channels), axis=axis,
+                                                  name=f"{bn.name}_group_norm", **{k: config[k] for k in keys})
 
 
 def _clone(model: keras.Model, copies: list[tuple[Layer, Layer]]) -> keras.Model:
@@ -77,17 +89,17 @@ def _clone(model: keras.Model, copies: list[tuple[Layer, Layer]]) -> keras.Model
     too); every other layer is a fresh copy whose weights are copied from its original afterwards."""
 
     def clone_layer(layer: Layer) -> Layer:
-        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
+        if _is_batch_norm(layer) and layer.trainable:
             new = _group_norm(layer)
             if new is not layer:
                 return new
-        if isinstance(layer, keras.Sequential) or getattr(layer, "_is_graph_network", False):
+        if _rebuildable(layer):
             return _clone(layer, copies)
         new = layer.__class__.from_config(layer.get_config())
         copies.append((layer, new))
         return new
 
-    return keras.models.clone_model(model, clone_function=clone_layer)
+    return keras_of(model).models.clone_model(model, clone_function=clone_layer)
 
 
 def fix_model(model: keras.Model) -> keras.Model:
@@ -100,9 +112,9 @@ def fix_model(model: keras.Model) -> keras.Model:
     layer keeps its weights (copied: training the fixed model leaves `model` as it was). `model`
     itself is returned when it has nothing to replace.
     """
-    if not any(isinstance(layer, keras.layers.BatchNormalization) and layer.trainable for layer in _layers(model)):
+    if not any(_is_batch_norm(layer) and layer.trainable for layer in _layers(model)):
         fixed = model
-    elif not (isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)):
+    elif not _rebuildable(model):
         fixed = model  # subclassed: Keras cannot rebuild it; validate_model reports its BatchNormalization
     else:
         copies: list[tuple[Layer, Layer]] = []

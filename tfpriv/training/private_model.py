@@ -7,7 +7,8 @@
     history = dp_model.fit(x_train, y_train, epochs=2)    # history.history["epsilon"]
     dp_model.save("m.keras")                              # saves keras_model itself
 
-`loss` is a Keras loss name, a `keras.losses.Loss` (any reduction: a copy with reduction NONE
+A Keras 3 model (`import keras`) gets a Keras 3 model back (`tfpriv.training.keras3`).
+`loss` is a Keras loss name, a `keras.losses.Loss` (any reduction: a copy with reduction "none"
 is used) or a function `(y_true, y_pred)` returning one value per example. Out-of-range class
 labels are dropped like non-finite examples (`class_labels`; docs/privacy.md, "Non-finite and
 extreme examples"). The wrapped model's loss is one sample-wise term, so each example's gradient
@@ -22,25 +23,26 @@ from typing import Callable, Union
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import is_keras3, keras, keras_classes, keras_modules
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import finite_examples
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
-from tfpriv.training.dp_model import DPModel
+from tfpriv.training.dp_model import DPModel, DPTraining
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
 
 
-class PrivateModel(DPModel):
-    """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y)."""
+class PrivateTraining(DPTraining):
+    """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y). Mixed into
+    `PrivateModel` (Keras 2) and `tfpriv.training.keras3.PrivateModel` (Keras 3)."""
 
     def __init__(self, model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", f"private_{model.name}"), **kwargs)
         self.model = model
-        self.per_example_loss, self.sparse_loss = per_example_loss(loss)
+        self.per_example_loss, self.sparse_loss = per_example_loss(loss, self.keras_module)
         object.__setattr__(self, "_output_shape", None)  # y_pred's static shape, once the loss was traced
         self._privacy = dict(dp=config, num_examples=num_examples, delta=delta, max_epsilon=max_epsilon)
 
@@ -82,22 +84,31 @@ class PrivateModel(DPModel):
     def metric_names(self) -> list[str]:
         return ["loss"]
 
+    def compiled_metrics_container(self):
+        """The metrics given to `compile` (`update_state(y, y_pred)`, `metrics`), or None."""
+        return getattr(self, "compiled_metrics", None)
+
     @property
     def metrics(self):
-        compiled = self.compiled_metrics.metrics if getattr(self, "compiled_metrics", None) is not None else []
-        return super().metrics + list(compiled)
+        compiled = self.compiled_metrics_container()
+        return super().metrics + (list(compiled.metrics) if compiled is not None else [])
 
     def train_step(self, data):
         logs = super().train_step(data)
+        compiled = self.compiled_metrics_container()
+        if compiled is None:
+            return logs
         # A forward pass of its own: the engine's may have run inside a loop (vectorized_map,
         # map_fn), whose tensors this graph cannot read.
-        self.compiled_metrics.update_state(*self._kept(data))
-        return {**logs, **{m.name: m.result() for m in self.compiled_metrics.metrics}}
+        compiled.update_state(*self._kept(data))
+        return {**logs, **{m.name: m.result() for m in compiled.metrics}}
 
     def test_step(self, data):
         y, y_pred = self._kept(data)
         self._trackers["loss"].update_state(_per_example(self.per_example_loss(y, y_pred)))
-        self.compiled_metrics.update_state(y, y_pred)
+        compiled = self.compiled_metrics_container()
+        if compiled is not None:
+            compiled.update_state(y, y_pred)
         return {m.name: m.result() for m in self.metrics}
 
     def _kept(self, data):
@@ -117,29 +128,38 @@ class PrivateModel(DPModel):
         """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it)."""
         return self.model.save(filepath, *args, **kwargs)
 
+    def export(self, filepath, *args, **kwargs):
+        """Exports the wrapped Keras model as a SavedModel for serving (Keras' `Model.export`)."""
+        return self.model.export(filepath, *args, **kwargs)
 
-def per_example_loss(loss: LossLike) -> tuple[PerExampleLoss, bool]:
+
+class PrivateModel(PrivateTraining, DPModel):
+    """`PrivateTraining` for a Keras 2 (tf-keras) model."""
+
+
+def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss, bool]:
     """(a function of (y_true, y_pred) with one value per example, whether it is sparse categorical).
 
-    `loss`: a Keras loss name ("sparse_categorical_crossentropy"), a `keras.losses.Loss`
-    with any reduction (used through a copy with reduction NONE: DP-SGD clips each example's
-    gradient, so it needs each example's loss), or a function.
+    `loss`: a Keras loss name ("sparse_categorical_crossentropy", looked up in `keras_module`, the
+    model's Keras), a `keras.losses.Loss` of either Keras with any reduction (used through a copy
+    with reduction "none": DP-SGD clips each example's gradient, so it needs each example's loss),
+    or a function.
     """
     if isinstance(loss, str):
         try:
-            loss = keras.losses.get(loss)
+            loss = keras_module.losses.get(loss)
         except ValueError:
             raise ConfigError(f"loss: {loss!r} is not a Keras loss name") from None
-    if isinstance(loss, keras.losses.Loss):
-        sparse = isinstance(loss, keras.losses.SparseCategoricalCrossentropy)
-        if loss.reduction != keras.losses.Reduction.NONE:
+    if isinstance(loss, keras_classes("losses.Loss")):
+        sparse = isinstance(loss, keras_classes("losses.SparseCategoricalCrossentropy"))
+        if loss.reduction not in ("none", None):  # Keras 2's Reduction.NONE is "none"
             loss = copy.copy(loss)
-            loss.reduction = keras.losses.Reduction.NONE
+            loss.reduction = "none"
         return loss, sparse
     if not callable(loss):
         raise ConfigError(f"loss: expected a Keras loss name, a keras.losses.Loss or a function, "
                           f"got {type(loss).__name__}")
-    return loss, loss is keras.losses.sparse_categorical_crossentropy
+    return loss, any(loss is m.losses.sparse_categorical_crossentropy for m in keras_modules())
 
 
 def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[tf.Tensor, tf.Tensor | None]:
@@ -190,8 +210,8 @@ def embedding_ids(model: keras.Model, x) -> tuple[object, tf.Tensor | None]:
 
 def _embedding_bounds(model: keras.Model) -> dict[int, int]:
     """Position of a model input -> the smallest input_dim of the Embedding layers reading it directly."""
-    embedding = keras.layers.Embedding
-    if isinstance(model, keras.Sequential):
+    embedding = keras_classes("layers.Embedding")
+    if isinstance(model, keras_classes("Sequential")):
         first = model.layers[0] if model.layers else None
         return {0: first.input_dim} if isinstance(first, embedding) else {}
     inputs, bounds = list(getattr(model, "inputs", None) or []), {}
@@ -217,7 +237,7 @@ def _unpack(data):
 def _per_example(values: tf.Tensor) -> tf.Tensor:
     if values.shape.rank == 0:
         raise ConfigError("loss: must return one value per example (shape [B]); use a Keras loss with "
-                          "reduction=keras.losses.Reduction.NONE")
+                          "reduction=\"none\"")
     if values.shape.rank > 1:
         values = tf.reduce_mean(tf.reshape(values, [tf.shape(values)[0], -1]), axis=1)
     return values
@@ -225,8 +245,11 @@ def _per_example(values: tf.Tensor) -> tf.Tensor:
 
 def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  batch_size: int, delta: float | None = None, max_epsilon: float | None = None,
-                 target_epsilon: float | None = None, epochs: int | None = None) -> PrivateModel:
+                 target_epsilon: float | None = None, epochs: int | None = None) -> PrivateTraining:
     """Wraps `model` for DP-SGD with `config` at expected batch size `batch_size` over `num_examples`.
+
+    `model` is a Keras 2 (tf-keras) or a Keras 3 (`import keras`) model; the result is a model of the
+    same Keras (`PrivateModel`, or `tfpriv.training.keras3.PrivateModel`) trained by the same engine.
 
     With `target_epsilon` (and `epochs`) the noise multiplier is calibrated by the RDP accountant
     for that many epochs of Poisson-sampled steps instead of taken from `config`.
@@ -240,4 +263,7 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
         raise ConfigError("target_epsilon, epochs: give both (to calibrate the noise) or neither")
     plan = plan_privacy(config, TermSpec(sample=("loss",)), num_examples, batch_size, epochs or 1,
                         delta=delta, target_epsilon=target_epsilon, max_epsilon=max_epsilon)
-    return PrivateModel(model, loss, plan.config, num_examples, plan.delta, max_epsilon)
+    private_class = PrivateModel
+    if is_keras3(model):  # a model of `import keras` gets a model of the same Keras
+        from tfpriv.training.keras3 import PrivateModel as private_class
+    return private_class(model, loss, plan.config, num_examples, plan.delta, max_epsilon)

@@ -111,6 +111,12 @@ class PerExampleRule(LayerRule):
         raise NotImplementedError
 
 
+def plain(layer: Layer) -> bool:
+    """Whether `layer` computes with the kernel and bias a rule declares: not a Keras 3 layer with LoRA
+    enabled or quantized (other trainable variables; the per-layer fallback takes those)."""
+    return not getattr(layer, "lora_enabled", False) and getattr(layer, "quantization_mode", None) is None
+
+
 def per_example_sums(rows: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
     """[R, ...] rows laid out example-major (R = k * batch size) -> [B, ...] summed per example."""
     return tf.reduce_sum(tf.reshape(rows, tf.concat([[batch_size, -1], tf.shape(rows)[1:]], 0)), axis=1)

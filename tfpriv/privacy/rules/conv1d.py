@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
-from tfpriv.privacy.rules.base import activation_tail
+from tfpriv.compat import keras_classes
+from tfpriv.privacy.rules.base import activation_tail, plain
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
@@ -12,7 +12,8 @@ class Conv1DRule(ConvRule):
     name = "conv1d"
 
     def supports(self, layer):
-        return (type(layer) is keras.layers.Conv1D and layer.data_format == "channels_last"
+        return (type(layer) in keras_classes("layers.Conv1D") and plain(layer)
+                and layer.data_format == "channels_last"
                 and layer.groups == 1 and layer.padding in ("same", "valid", "causal"))
 
     def forward(self, layer, original_call, inputs, kwargs):
@@ -31,8 +32,10 @@ class Conv1DRule(ConvRule):
         return tf.pad(x, [[0, 0], [left, 0], [0, 0]]), "valid"
 
     def product(self, layer, x, kernel):
-        x, _ = self._padded(layer, x)
-        return layer.convolution_op(x, kernel)
+        # The convolution both Kerases run (Keras 3's `convolution_op` would see "causal" padding).
+        x, padding = self._padded(layer, x)
+        return tf.nn.convolution(x, kernel, strides=layer.strides, padding=padding.upper(),
+                                 dilations=layer.dilation_rate)
 
     def factors(self, tap, grad):
         layer = tap.layer

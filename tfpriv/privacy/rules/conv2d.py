@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
-from tfpriv.privacy.rules.base import activation_tail
+from tfpriv.compat import keras_classes
+from tfpriv.privacy.rules.base import activation_tail, plain
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
@@ -12,7 +12,8 @@ class Conv2DRule(ConvRule):
     name = "conv2d"
 
     def supports(self, layer):
-        return (type(layer) is keras.layers.Conv2D and layer.data_format == "channels_last"
+        return (type(layer) in keras_classes("layers.Conv2D") and plain(layer)
+                and layer.data_format == "channels_last"
                 and layer.groups == 1 and layer.padding in ("same", "valid"))
 
     def forward(self, layer, original_call, inputs, kwargs):

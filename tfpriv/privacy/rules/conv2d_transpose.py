@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import keras_classes
 from tfpriv.privacy.rules.base import activation_tail
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
@@ -12,7 +12,7 @@ class Conv2DTransposeRule(ConvRule):
     name = "conv2d_transpose"
 
     def supports(self, layer):
-        return (type(layer) is keras.layers.Conv2DTranspose and layer.data_format == "channels_last"
+        return (type(layer) in keras_classes("layers.Conv2DTranspose") and layer.data_format == "channels_last"
                 and layer.output_padding is None and tuple(layer.dilation_rate) == (1, 1)
                 and layer.padding in ("same", "valid"))
 

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
-from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail
+from tfpriv.compat import keras_classes
+from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail, plain
 
 
 class DenseRule(FactorRule):
     name = "dense"
 
     def supports(self, layer: Layer) -> bool:
-        return type(layer) is keras.layers.Dense
+        return type(layer) in keras_classes("layers.Dense") and plain(layer)
 
     def forward(self, layer, original_call, inputs, kwargs):
         if isinstance(inputs, (tf.SparseTensor, tf.RaggedTensor)):

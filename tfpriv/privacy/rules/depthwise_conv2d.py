@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import keras_classes
 from tfpriv.privacy.rules.base import Layer, PerExampleRule, activation_tail, per_example_sums
 from tfpriv.privacy.rules.conv import patches
 
@@ -13,6 +13,11 @@ from tfpriv.privacy.rules.conv import patches
 def supported_depthwise(layer: Layer) -> bool:
     """What the depthwise rules need: channels last, same/valid padding."""
     return layer.data_format == "channels_last" and layer.padding in ("same", "valid")
+
+
+def depthwise_kernel(layer: Layer) -> tf.Variable:
+    """The depthwise kernel [kh, kw, C, M] (Keras 3's DepthwiseConv2D calls it `kernel`)."""
+    return layer.depthwise_kernel if hasattr(layer, "depthwise_kernel") else layer.kernel
 
 
 def depthwise(layer: Layer, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
@@ -24,7 +29,7 @@ def depthwise(layer: Layer, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
 def depthwise_kernel_rows(layer: Layer, x: tf.Tensor, grad: tf.Tensor) -> tf.Tensor:
     """Per-row depthwise kernel gradient [R, kh, kw, C, M] for input x [R, H, W, C] and the gradient
     at the depthwise output grad [R, H', W', C*M]."""
-    kh, kw, channels, multiplier = layer.depthwise_kernel.shape
+    kh, kw, channels, multiplier = depthwise_kernel(layer).shape
     rows = tf.shape(grad)[0]
     p = patches(tf.cast(x, grad.dtype), (kh, kw), layer.strides, layer.dilation_rate, layer.padding)
     p = tf.reshape(p, [rows, -1, kh * kw, channels])
@@ -36,16 +41,16 @@ class DepthwiseConv2DRule(PerExampleRule):
     name = "depthwise_conv2d"
 
     def supports(self, layer):
-        return type(layer) is keras.layers.DepthwiseConv2D and supported_depthwise(layer)
+        return type(layer) in keras_classes("layers.DepthwiseConv2D") and supported_depthwise(layer)
 
     def variables(self, layer):
-        return [layer.depthwise_kernel] + ([layer.bias] if layer.use_bias else [])
+        return [depthwise_kernel(layer)] + ([layer.bias] if layer.use_bias else [])
 
     def forward(self, layer, original_call, inputs, kwargs):
         x = tf.cast(inputs, layer.compute_dtype)
         if x.shape.rank != 4:
             raise TypeError(f"{layer.name}: the DP engine's DepthwiseConv2D rule needs rank-4 inputs, got {x.shape}")
-        z = depthwise(layer, x, layer.depthwise_kernel)
+        z = depthwise(layer, x, depthwise_kernel(layer))
         return activation_tail(layer, z, layer.bias if layer.use_bias else None), z
 
     def per_example(self, tap, grad, batch_size, original_call):

@@ -13,8 +13,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.compat import keras
-from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail
+from tfpriv.compat import keras_classes
+from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail, plain
 
 _EQUATION = re.compile(r"^([a-z]+),([a-z]+)->([a-z]+)$")
 
@@ -37,7 +37,8 @@ class EinsumDenseRule(FactorRule):
     name = "einsum_dense"
 
     def supports(self, layer: Layer) -> bool:
-        return type(layer) is keras.layers.EinsumDense and split_equation(layer.equation) is not None
+        return (type(layer) in keras_classes("layers.EinsumDense") and plain(layer)
+                and split_equation(layer.equation) is not None)
 
     def bias(self, layer):
         return layer.bias

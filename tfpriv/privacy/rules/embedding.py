@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
-from tfpriv.privacy.rules.base import Layer, RowSparseRule
+from tfpriv.compat import keras_classes
+from tfpriv.privacy.rules.base import Layer, RowSparseRule, plain
 
 
 class EmbeddingRule(RowSparseRule):
     name = "embedding"
 
     def supports(self, layer: Layer) -> bool:
-        return type(layer) is keras.layers.Embedding and not layer.sparse
+        # Keras 3 has no sparse embeddings.
+        return (type(layer) in keras_classes("layers.Embedding") and plain(layer)
+                and not getattr(layer, "sparse", False))
 
     def table(self, layer):
         return layer.embeddings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import keras_classes
 from tfpriv.privacy.rules.base import Layer
 from tfpriv.privacy.rules.layer_normalization import AffineNormalizationRule
 
@@ -13,7 +13,7 @@ class GroupNormalizationRule(AffineNormalizationRule):
     name = "group_normalization"
 
     def supports(self, layer: Layer) -> bool:
-        return (type(layer) is keras.layers.GroupNormalization and layer.built
+        return (type(layer) in keras_classes("layers.GroupNormalization") and layer.built
                 and layer.axis in (-1, layer.input_spec.ndim - 1))
 
     def normalised(self, tap, x):

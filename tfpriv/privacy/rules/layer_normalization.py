@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import keras_classes
 from tfpriv.privacy.rules.base import Layer, PerExampleRule, Tap, per_example_sums
 
 
@@ -41,12 +41,28 @@ class LayerNormalizationRule(AffineNormalizationRule):
     name = "layer_normalization"
 
     def supports(self, layer: Layer) -> bool:
-        # Normalising over the batch axis would mix examples.
-        return (type(layer) is keras.layers.LayerNormalization and layer.built
-                and all(0 < a for a in layer.axis))
+        # Normalising over the batch axis would mix examples; Keras 3's deprecated rms_scaling
+        # normalises differently.
+        if type(layer) not in keras_classes("layers.LayerNormalization") or getattr(layer, "rms_scaling", False):
+            return False
+        axes = _axes(layer)
+        return axes is not None and 0 not in axes
 
     def normalised(self, tap, x):
         layer = tap.layer
-        mean, variance = tf.nn.moments(x, layer.axis, keepdims=True)
+        axes = [a % x.shape.rank for a in layer.axis]
+        mean, variance = tf.nn.moments(x, axes, keepdims=True)
         return ((x - mean) * tf.math.rsqrt(variance + layer.epsilon),
-                [d for d in range(1, x.shape.rank) if d not in layer.axis])
+                [d for d in range(1, x.shape.rank) if d not in axes])
+
+
+def _axes(layer: Layer) -> list[int] | None:
+    """The built layer's normalised axes, non-negative, or None if not known. Keras 2 makes them
+    non-negative when it builds; Keras 3 keeps negative ones, resolved here by its input's rank."""
+    if not layer.built:
+        return None
+    axes = list(layer.axis)
+    if all(a >= 0 for a in axes):
+        return axes
+    shape = (layer.get_build_config() or {}).get("input_shape")
+    return None if shape is None else [a % len(shape) for a in axes]

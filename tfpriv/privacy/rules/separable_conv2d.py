@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import keras_classes
 from tfpriv.privacy.rules.base import PerExampleRule, activation_tail, per_example_sums
 from tfpriv.privacy.rules.depthwise_conv2d import depthwise, depthwise_kernel_rows, supported_depthwise
 
@@ -14,7 +14,7 @@ class SeparableConv2DRule(PerExampleRule):
     name = "separable_conv2d"
 
     def supports(self, layer):
-        return type(layer) is keras.layers.SeparableConv2D and supported_depthwise(layer)
+        return type(layer) in keras_classes("layers.SeparableConv2D") and supported_depthwise(layer)
 
     def variables(self, layer):
         return [layer.depthwise_kernel, layer.pointwise_kernel] + ([layer.bias] if layer.use_bias else [])
