@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tfpriv.compat import keras
-from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
+from tfpriv.filter.stage1 import build_stage1_vae, privacy_record
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
@@ -87,10 +87,9 @@ def _stage1_run(directory, epochs):
     keras.utils.set_random_seed(0)
     vae = build_stage1_vae(ds, 4, robust_decoder=1.0)
     dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=1.0, num_partitions=1, seed=1)
-    plan = plan_stage1_privacy(vae, dp, N, 20, epochs, delta=1e-3)
-    st = train_stage1(ds, 4, epochs=epochs, batch_size=20, robust_decoder=1.0, plan=plan, vae=vae,
-                      checkpoint_dir=str(directory), sampling_seed=2)
-    return st.info["vae"], st.info
+    plan = plan_privacy(dp, vae.term_spec(), N, 20, epochs, delta=1e-3)
+    fit = fit_private(vae, x, plan, keras.optimizers.Adam(1e-3), str(directory), seed=2, verbose=0)
+    return vae, {"privacy": privacy_record(vae, plan, fit)}
 
 
 def test_filter_stage1_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
