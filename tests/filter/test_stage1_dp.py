@@ -13,7 +13,7 @@ from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli
 from tfpriv.compat import keras
 from tfpriv.filter.stage1 import Stage1, build_stage1_vae, frozen, privacy_record
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.runner import fit_private, plan_privacy
 
@@ -57,7 +57,7 @@ def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     assert stored["steps"] == steps and stored["sampling_rate"] == pytest.approx(q)
     assert stored["noise_multiplier"] == 1.1 and stored["effective_noise_multiplier"] == 1.1
     assert stored["delta"] == 1e-4
-    assert stored["epsilon"] == pytest.approx(epsilon_for([(q, 1.1, steps)], 1e-4), rel=1e-9)
+    assert stored["epsilon"] == pytest.approx(RDP.epsilon([(q, 1.1, steps)], 1e-4), rel=1e-9)
     assert res["epsilon"] == stored["epsilon"] and 0 < stored["epsilon"] < 10
     priv = stored["stage1"]["privacy"]
     assert priv["ledger_segments"] == [[pytest.approx(q), 1.1, steps]] and priv["sensitivity_in_clip_units"] == 1.0
@@ -85,7 +85,7 @@ def test_engine_is_built_with_the_plans_clipping_and_noise(tmp_path):
     assert cfg.noise_stddev(False) == pytest.approx(2.0 * 0.7 / 40)
     # the ledger only counts steps taken through the private train step
     assert trained.ledger.total_steps == plan.planned_steps == 2 * 6
-    assert st.info["privacy"]["epsilon"] == pytest.approx(epsilon_for([(40 / 240, 2.0, 12)], 1e-3))
+    assert st.info["privacy"]["epsilon"] == pytest.approx(RDP.epsilon([(40 / 240, 2.0, 12)], 1e-3))
     codes, _ = st.encode(ds.x_test)
     assert codes.shape == (40, 4) and np.all(np.isfinite(codes))
 
@@ -95,7 +95,7 @@ def test_target_epsilon_calibrates_the_noise():
     vae = build_stage1_vae(ds, 4)
     plan = _plan(vae, DPConfig(aggregation="micro", num_partitions=1), 240, 24, 3,
                  delta=1e-3, target_epsilon=2.0)
-    eps = epsilon_for([(plan.sampling_rate, plan.effective_noise_multiplier, plan.planned_steps)], 1e-3)
+    eps = RDP.epsilon([(plan.sampling_rate, plan.effective_noise_multiplier, plan.planned_steps)], 1e-3)
     assert 1.95 <= eps <= 2.0 + 1e-6
 
 
@@ -161,4 +161,4 @@ def test_batch_aggregation_is_accounted_with_sensitivity_two(tmp_path):
     assert plan.config.sensitivity(False) == 2.0 and plan.effective_noise_multiplier == pytest.approx(1.5)
     st = _train(vae, ds, plan, tmp_path, seed=0)
     assert st.info["vae"].engine.config.aggregation == "batch"
-    assert st.info["privacy"]["epsilon"] == pytest.approx(epsilon_for([(40 / 240, 1.5, 6)], 1e-3))
+    assert st.info["privacy"]["epsilon"] == pytest.approx(RDP.epsilon([(40 / 240, 1.5, 6)], 1e-3))

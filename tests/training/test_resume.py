@@ -12,7 +12,7 @@ from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
 from tfpriv.models.vae import VAE
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
@@ -124,7 +124,7 @@ def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
     assert plan.config.noise_multiplier > first_plan.config.noise_multiplier  # 20 more steps, less budget each
     segments = read_ledger(str(tmp_path))
     assert [s[2] for s in segments] == [10, 20]
-    assert out["epsilon"] == pytest.approx(epsilon_for(segments, 1e-3))
+    assert out["epsilon"] == pytest.approx(RDP.epsilon(segments, 1e-3))
 
 
 def test_target_epsilon_already_spent_is_refused(tmp_path):
@@ -138,7 +138,7 @@ def test_target_epsilon_already_spent_is_refused(tmp_path):
     from tfpriv.errors import ConfigError
     with pytest.raises(ConfigError, match="^target_epsilon: 1 is already spent"):
         plan_for(1.0, spent)
-    assert epsilon_for(spent, 1e-3) > 1.0
+    assert RDP.epsilon(spent, 1e-3) > 1.0
 
 
 def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path):

@@ -15,7 +15,7 @@ from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
 import tfpriv
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import DEFAULT_ORDERS, epsilon_for, training_event
+from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP, training_event
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.results import write_results
 from tfpriv.training.tuner import Objective, TuningJob, job_epsilon_from_rdp, rdp_epsilon, worst_rdp
@@ -237,7 +237,7 @@ def test_theorem_6_poisson_with_the_exact_gaussian_delta():
 def test_a_random_number_of_dp_sgd_trials_costs_less_than_composing_them():
     """The bound against the composition `TuningJob.privacy` records beside it (k times one trial's RDP)."""
     trial = worst_rdp([training_event([(0.01, 1.1, 1000)])])
-    single = epsilon_for([(0.01, 1.1, 1000)], DELTA)
+    single = RDP.epsilon([(0.01, 1.1, 1000)], DELTA)
     for count in (TrialCount("poisson", 20), TrialCount("geometric", 20), TrialCount("logarithmic", 20)):
         job = job_epsilon_from_rdp(trial, count, DELTA)
         assert single < job < rdp_epsilon(20 * trial, DELTA)

@@ -25,7 +25,7 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.data.sampling import make_dataset, new_sampling_seed
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import PrivacyLedger, make_accountant
+from tfpriv.privacy.accounting import PrivacyLedger, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine, public_batch
 from tfpriv.privacy.rng import in_step, stream_generator
@@ -96,7 +96,7 @@ class DPModel(keras.Model):
         rate q = dp.expected_batch_size / N is what the accountant composes); `delta` defaults to
         the power of ten below min(1/N, 1e-5); `max_epsilon` stops training before exceeding it;
         `accountant`: "rdp" or "pld" (dp_accounting), how epsilon is computed from the ledger."""
-        make_accountant(accountant)  # validates the name
+        resolved = get_accountant(accountant)  # validates the name
         super().compile(optimizer=optimizer, **kwargs)
         dp = dp if dp is not None else NON_PRIVATE
         if dp.private:
@@ -117,7 +117,7 @@ class DPModel(keras.Model):
         object.__setattr__(self, "num_examples", num_examples)
         object.__setattr__(self, "delta", delta)
         object.__setattr__(self, "max_epsilon", max_epsilon)
-        object.__setattr__(self, "accountant", accountant)
+        object.__setattr__(self, "accountant", resolved)
         object.__setattr__(self, "engine", None)
         with self.distribute_strategy.scope():
             object.__setattr__(self, "rng", stream_generator(dp.seed, "loss"))

@@ -21,7 +21,7 @@ from tfpriv.compat import keras
 from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import PrivacyLedger, Segment, calibrate_noise, epsilon_for, make_accountant
+from tfpriv.privacy.accounting import RDP, Accountant, PrivacyLedger, Segment, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
@@ -43,7 +43,7 @@ class PrivacyPlan:
     target_epsilon: float | None
     max_epsilon: float | None
     history: tuple[Segment, ...] = ()  # the ledger of the run this plan continues
-    accountant: str = "rdp"  # how epsilon is computed from the events: "rdp" or "pld"
+    accountant: Accountant = RDP  # how epsilon is computed from the events
 
     @property
     def steps_taken(self) -> int:
@@ -77,12 +77,12 @@ class PrivacyPlan:
             "num_examples": self.num_examples,
             "delta": self.delta,
             "target_epsilon": self.target_epsilon,
-            "accountant": self.accountant,
+            "accountant": self.accountant.name,
             "max_epsilon": self.max_epsilon,
         }
         if self.history:
             out["resumed_from"] = {"steps": self.steps_taken,
-                                   "epsilon": epsilon_for(self.history, self.delta, accountant=self.accountant),
+                                   "epsilon": self.accountant.epsilon(self.history, self.delta),
                                    "segments": [list(seg) for seg in self.history]}
         if self.sampling == "shuffle" and cfg.private:
             out["epsilon_caveat"] = SHUFFLE_CAVEAT
@@ -117,9 +117,8 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
         cap = batch_size if sampling == "shuffle" else default_max_batch_size(num_examples, q)
         config = config.replace(max_batch_size=min(cap, num_examples))
     config.sensitivity(has_batch)  # raises for configurations that cannot be accounted
-    make_accountant(accountant)  # validates the name
     plan = PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
-                       delta, target_epsilon, max_epsilon, accountant=accountant)
+                       delta, target_epsilon, max_epsilon, accountant=get_accountant(accountant))
     return continue_plan(plan, history)
 
 
@@ -130,8 +129,8 @@ def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
     if config.private and plan.target_epsilon is not None and remaining > 0:
-        effective = calibrate_noise(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining, history,
-                                    plan.accountant)
+        effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining,
+                                              history)
         plan = dataclasses.replace(plan, config=config.replace(
             noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
     return plan
@@ -187,7 +186,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         plan = continue_plan(plan, history)
     optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
     model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
-                  max_epsilon=plan.max_epsilon, accountant=plan.accountant)
+                  max_epsilon=plan.max_epsilon, accountant=plan.accountant.name)
     probe, _, _ = make_dataset(arrays, plan.batch_size, plan.sampling, 0)
     engine = model.prepare(next(iter(probe)))
     state = RunState(new_sampling_seed() if seed is None else seed)
