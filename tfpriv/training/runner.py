@@ -29,6 +29,8 @@ from tfpriv.training.dp_model import DPModel, default_delta
 from tfpriv.training.results import write_json
 
 
+__all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger"]
+
 @dataclasses.dataclass(frozen=True)
 class PrivacyPlan:
     config: DPConfig
