@@ -88,7 +88,15 @@ class TrainedFilter:
 
 
 def load(run_dir: str):
-    """The trained model of the run in `run_dir`: a `VAE`, a `TrainedGenerator` or a `TrainedFilter`."""
+    """The trained model of the run in `run_dir`: a `VAE`, a `TrainedGenerator` or a `TrainedFilter`.
+
+    Example:
+        A run folder written by the command line (`tfpriv --output_dir=runs/fm ...`) or by
+        `Synthesizer.save`:
+
+            model = tfpriv.load("runs/fm")
+            images = model.sample(16, seed=0)   # a VAE or a GAN's generator: 16 private samples
+    """
     from tfpriv.filter.pipeline import FILTER_CONFIG, load_filter
     from tfpriv.gan.training import GAN_CONFIG_FILE, GENERATOR_FILE
 

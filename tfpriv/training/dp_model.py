@@ -42,7 +42,26 @@ def default_delta(num_examples: int) -> float:
 
 
 class DPModel(keras.Model):
-    """Base class for models trained through `tfpriv.privacy`."""
+    """Base class for models trained through `tfpriv.privacy`: a family implements `term_spec()` and
+    `loss_terms(x, layout, training)`; `compile(dp=...)` and `fit` privatize its gradient and
+    account its steps (`epsilon()`, `history.history["epsilon"]`).
+
+    Example:
+        The VAE family is a `DPModel`:
+
+        >>> import numpy as np
+        >>> import tfpriv
+        >>> from tfpriv.models.architectures import build_architecture
+        >>> from tfpriv.models.vae import VAE
+        >>> vae = VAE(*build_architecture("mlp", [12], 3))
+        >>> vae.compile("adam", dp=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,
+        ...                                        expected_batch_size=8, num_partitions=1),
+        ...             num_examples=64, delta=1e-3)
+        >>> x = (np.random.default_rng(0).random((64, 12)) > 0.5).astype("float32")
+        >>> history = vae.fit(x, epochs=1, verbose=0, seed=0)  # Poisson batches of expected size 8
+        >>> vae.ledger.total_steps, round(vae.epsilon(), 2)
+        (8, 1.94)
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -33,6 +33,21 @@ __all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger"]
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyPlan:
+    """What a private run will do and spend: the checked settings (`config`, with the calibrated noise
+    when a target epsilon is given), the sampling, the planned steps, delta, the accountant and the
+    ledger it continues. Made by `plan_privacy`; `fit_private` trains under it; `summary()` is what
+    `privacy_plan.json` records.
+
+    Example:
+        >>> import tfpriv
+        >>> from tfpriv.privacy import TermSpec
+        >>> from tfpriv.training.runner import plan_privacy
+        >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
+        ...                     TermSpec(sample=("loss",)), num_examples=60000, batch_size=256, epochs=1)
+        >>> plan.summary()["accountant"], plan.summary()["sampling_rate"] == 256 / 60000
+        ('rdp', True)
+    """
+
     config: DPConfig
     has_batch_terms: bool
     num_examples: int
@@ -99,7 +114,20 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
 
     `history`: the ledger segments of the run being resumed (`read_ledger(output_dir)`). With a
     target epsilon the noise is calibrated so that history + the remaining planned steps end at
-    the target, not the planned steps alone (which would overshoot it).
+    the target, not the planned steps alone (which would overshoot it). `accountant`: "rdp" or "pld"
+    (`tfpriv.privacy.get_accountant`).
+
+    Example:
+        The noise multiplier for epsilon = 2 at delta = 1e-5 over 3 epochs of Poisson batches of
+        expected size 256 from 60,000 examples:
+
+        >>> import tfpriv
+        >>> from tfpriv.privacy import TermSpec
+        >>> from tfpriv.training.runner import plan_privacy
+        >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0), TermSpec(sample=("loss",)),
+        ...                     num_examples=60000, batch_size=256, epochs=3, delta=1e-5, target_epsilon=2.0)
+        >>> plan.planned_steps, round(plan.config.noise_multiplier, 3)
+        (702, 0.781)
     """
     if epochs < 1:
         raise ConfigError(f"epochs: must be >= 1, got {epochs}")
@@ -139,7 +167,16 @@ def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
 
 
 def read_ledger(output_dir: str) -> list[Segment]:
-    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run)."""
+    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run): the (sampling
+    rate, effective noise multiplier, steps) segments a resumed run continues (`plan_privacy`'s
+    `history`).
+
+    Example:
+        >>> import tempfile
+        >>> from tfpriv.training.runner import read_ledger
+        >>> read_ledger(tempfile.mkdtemp())
+        []
+    """
     latest = tf.train.latest_checkpoint(os.path.join(output_dir, "checkpoints"))
     if latest is None:
         return []
@@ -182,6 +219,23 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     `privacy_plan.json`, checkpoints (model, optimizers, ledger, RNG streams, sampler seed,
     epoch) after every epoch and TensorBoard logs. A stop at `plan.max_epsilon` prints one line
     (ε spent, steps) unless `announce_budget_stop` is False (the command line prints its own).
+    Returns the run's record: `epsilon`, `steps`, `history` (per-epoch logs), `resumed`, ...
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> import tfpriv
+        >>> from tfpriv.compat import keras
+        >>> from tfpriv.models.architectures import build_architecture
+        >>> from tfpriv.models.vae import VAE
+        >>> from tfpriv.training.runner import fit_private, plan_privacy
+        >>> vae = VAE(*build_architecture("mlp", [12], 3))
+        >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,
+        ...                                     num_partitions=1), vae.term_spec(), 64, 8, 1, delta=1e-3)
+        >>> x = (np.random.default_rng(0).random((64, 12)) > 0.5).astype("float32")
+        >>> out = fit_private(vae, x, plan, keras.optimizers.Adam(1e-2), tempfile.mkdtemp(), seed=0, verbose=0)
+        >>> out["steps"], round(out["epsilon"], 2)
+        (8, 1.94)
     """
     history = read_ledger(output_dir)
     if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
