@@ -115,7 +115,7 @@ class DPModel(keras.Model):
         rate q = dp.expected_batch_size / N is what the accountant composes); `delta` defaults to
         the power of ten below min(1/N, 1e-5); `max_epsilon` stops training before exceeding it;
         `accountant`: "rdp" or "pld" (dp_accounting), how epsilon is computed from the ledger."""
-        resolved = get_accountant(accountant)  # validates the name
+        resolved = get_accountant(accountant)  # ConfigError naming `accountant` for an unknown name
         super().compile(optimizer=optimizer, **kwargs)
         dp = dp if dp is not None else NON_PRIVATE
         if dp.private:
