@@ -25,6 +25,8 @@ import numpy as np
 
 from tfpriv.errors import ConfigError, UsageError
 
+__all__ = ["NAMES", "Synthesizer", "synthesizer"]
+
 NAMES = ("privae", "dpwgan_gp", "dpgan")
 DATASET = "arrays"  # results.json's `dataset` of a synthesizer run
 # Job settings a synthesizer does not take: the data source, the noise (calibrated from epsilon),

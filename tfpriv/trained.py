@@ -20,5 +20,11 @@ from tfpriv.families import family_of_run
 def load(run_dir: str):
     """The trained model of the run in `run_dir`, loaded by the family its results.json names.
 
-    Example: `tfpriv.load("runs/synth").sample(10, seed=0)`."""
+    Example:
+        A run folder written by the command line (`tfpriv --output_dir=runs/fm ...`) or by
+        `Synthesizer.save`:
+
+            model = tfpriv.load("runs/fm")
+            images = model.sample(16, seed=0)   # a VAE or a GAN's generator: 16 private samples
+    """
     return family_of_run(run_dir).load(run_dir)

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 
-from tfpriv.privacy.accounting import calibrate_noise, epsilon_for  # noqa: E402
+from tfpriv.privacy.accounting import RDP  # noqa: E402
 
 N, B, EPOCHS, DELTA = 60000, 256, 10, 1e-5
 q, steps = B / N, EPOCHS * round(N / B)
@@ -24,10 +24,10 @@ print(f"q = {q:.5f}, steps = {steps}, delta = {DELTA:g}; paper kappa = {kappa_pa
 print("| target ε | σ_ε (DP-SGD) | σ_{ε/2,δ/2} | κ RDP-exact halves (paper's split, C1+C2 sens.) | κ sequential, correct 2·C2 sens. | κ joint (tfpriv) = √5 | ε spent with paper's κ, correct sens. |")
 print("|---|---|---|---|---|---|---|")
 for eps in (1.0, 3.0, 10.0):
-    s = calibrate_noise(eps, DELTA, q, steps)
-    s_half = calibrate_noise(eps / 2, DELTA / 2, q, steps)
+    s = RDP.calibrate(eps, DELTA, q, steps)
+    s_half = RDP.calibrate(eps / 2, DELTA / 2, q, steps)
     k_split = s_half / s
     k_seq = 2 * s_half / s        # the psi half has sensitivity 2*C2: needs twice the noise
     k_joint = math.sqrt(5.0)
-    spent = epsilon_for([(q, kappa_paper * s / math.sqrt(5.0), steps)], DELTA)
+    spent = RDP.epsilon([(q, kappa_paper * s / math.sqrt(5.0), steps)], DELTA)
     print(f"| {eps:g} | {s:.3f} | {s_half:.3f} | {k_split:.3f} | {k_seq:.3f} | {k_joint:.3f} | {spent:.2f} |")

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import get_accountant
 
 
 def records(folder: str):
@@ -44,8 +44,8 @@ def rows(folder: str):
         if "aggregation" not in privacy or not all(isinstance(v, (int, float)) for v in (q, z, steps, delta)) \
                 or z <= 0 or steps <= 0:
             continue  # not the record of a private run
-        rdp = epsilon_for([(q, z, int(steps))], delta, accountant="rdp")
-        pld = epsilon_for([(q, z, int(steps))], delta, accountant="pld")
+        rdp = get_accountant("rdp").epsilon([(q, z, int(steps))], delta)
+        pld = get_accountant("pld").epsilon([(q, z, int(steps))], delta)
         yield {"file": path, "sampling_rate": q, "effective_noise_multiplier": z, "steps": int(steps),
                "delta": delta, "epsilon_reported": record.get("epsilon", privacy.get("epsilon")),
                "epsilon_rdp": rdp, "epsilon_pld": pld, "saving": 1 - pld / rdp}

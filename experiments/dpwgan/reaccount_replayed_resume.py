@@ -16,12 +16,12 @@ import json
 import math
 import sys
 
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 
 
 def replayed_epsilon(q: float, z: float, total: int, resume_step: int, delta: float) -> float:
     pairs = min(resume_step, total - resume_step)
-    return epsilon_for([(q, z / math.sqrt(2.0), pairs), (q, z, total - 2 * pairs)], delta)
+    return RDP.epsilon([(q, z / math.sqrt(2.0), pairs), (q, z, total - 2 * pairs)], delta)
 
 
 def main(results_path: str, progress_path: str, out_path: str) -> None:

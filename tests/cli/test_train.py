@@ -92,7 +92,7 @@ def test_epsilon_with_noise_multiplier_or_without_privacy_is_an_error(tmp_path, 
 def test_accountant_flag_is_used_and_recorded(tmp_path, capsys):
     """--accountant=pld: the same events, a tighter epsilon, named in results.json; the RDP run of the
     same command gives the RDP value of the same events (checked against the accounting module)."""
-    from tfpriv.privacy.accounting import epsilon_for
+    from tfpriv.privacy.accounting import get_accountant
     records = {}
     for accountant in ("rdp", "pld"):
         out = tmp_path / accountant
@@ -103,8 +103,8 @@ def test_accountant_flag_is_used_and_recorded(tmp_path, capsys):
         assert records[accountant]["accountant"] == accountant
     rdp, pld = records["rdp"], records["pld"]
     events = [(rdp["sampling_rate"], rdp["effective_noise_multiplier"], rdp["steps"])]
-    assert rdp["epsilon"] == pytest.approx(epsilon_for(events, rdp["delta"], accountant="rdp"), rel=1e-9)
-    assert pld["epsilon"] == pytest.approx(epsilon_for(events, pld["delta"], accountant="pld"), rel=1e-6)
+    assert rdp["epsilon"] == pytest.approx(get_accountant("rdp").epsilon(events, rdp["delta"]), rel=1e-9)
+    assert pld["epsilon"] == pytest.approx(get_accountant("pld").epsilon(events, pld["delta"]), rel=1e-6)
     assert pld["epsilon"] < rdp["epsilon"]
     line = assert_one_line_error(train_py(f"--output_dir={tmp_path}/np", *FAST, "--aggregation=none",
                                           "--accountant=pld", capsys=capsys), "--accountant")

@@ -19,13 +19,14 @@ from absl.testing import flagsaver
 
 from tests.cli.helpers import TRAIN, assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
+from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
 from tfpriv.cli.tuning import TrialPlanner
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.gan import cli as gan_cli
 from tfpriv.jobs.job import read_settings
 from tfpriv.models import cli as privae_job
 from tfpriv.privacy.accounting import training_event
-from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
+from tfpriv.privacy.tuning import TrialCount
 
 FLAGS = flags.FLAGS
 
@@ -45,8 +46,9 @@ def check_job_epsilon(record: dict, results: list[dict], count: TrialCount) -> N
               (sampling_rate_and_steps(n, b, "poisson") for b in (100, 200))]
     k = privacy["trials_run"]
     assert privacy["delta"] == delta and privacy["accountant"] == "rdp" and "Papernot & Steinke" in privacy["analysis"]
-    assert privacy["epsilon"] == pytest.approx(max(job_epsilon(e, count, delta) for e in events), rel=1e-6)
-    assert privacy["epsilon_naive_composition"] == pytest.approx(max(naive_epsilon(e, k, delta) for e in events),
+    assert privacy["epsilon"] == pytest.approx(max(repeat_and_select_epsilon(e, count, delta) for e in events),
+                                               rel=1e-6)
+    assert privacy["epsilon_naive_composition"] == pytest.approx(max(composed_epsilon(e, k, delta) for e in events),
                                                                  rel=1e-6)
     assert privacy["epsilon"] > privacy["epsilon_one_trial"] >= max(r["epsilon"] for r in results)
 
@@ -150,7 +152,8 @@ def test_the_gan_plans_a_tuning_job(tmp_path, capsys):
     events = [training_event([(q, 1.0, steps)]) for q, steps in
               (sampling_rate_and_steps(60000, b, "poisson") for b in (64, 128))]
     count = TrialCount("poisson", 1.0)
-    assert record["privacy"]["epsilon"] == pytest.approx(max(job_epsilon(e, count, 1e-5) for e in events), rel=1e-6)
+    assert record["privacy"]["epsilon"] == pytest.approx(max(repeat_and_select_epsilon(e, count, 1e-5) for e in events),
+                                                         rel=1e-6)
 
 
 def test_the_gan_chooses_among_trials_by_scores_of_the_test_split_only(tmp_path):

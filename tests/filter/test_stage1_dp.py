@@ -10,10 +10,12 @@ from absl import flags
 from tests.cli.helpers import assert_one_line_error, train_py
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli
-from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
+from tfpriv.compat import keras
+from tfpriv.filter.stage1 import Stage1, build_stage1_vae, frozen, privacy_record
 from tfpriv.jobs.job import flag_message, read_settings
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
+from tfpriv.training.runner import fit_private, plan_privacy
 
 FLAGS = flags.FLAGS
 TINY = dict(filter_epochs=1, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=20, budget=0.5,
@@ -32,6 +34,17 @@ def _tiny_tabular(n=240, d=7, seed=0):
     return types.SimpleNamespace(name="abalone", x_train=x, x_test=x[:40], likelihood="gaussian", kind="tabular")
 
 
+def _plan(vae, dp, num_examples, batch_size, epochs, **kwargs):
+    return plan_privacy(dp, vae.term_spec(), num_examples, batch_size, epochs, **kwargs)
+
+
+def _train(vae, ds, plan, directory, seed) -> Stage1:
+    """Stage 1 as the command line trains it (FilterJob through tfpriv/cli/pipeline.py)."""
+    fit = fit_private(vae, np.asarray(ds.x_train, np.float32), plan, keras.optimizers.Adam(1e-3), str(directory),
+                      seed=seed, verbose=0)
+    return frozen(vae, {"privacy": privacy_record(vae, plan, fit)})
+
+
 def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     out = tmp_path / "run"
     res = cli.run(read_settings(cli.JOB, FLAGS, vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
@@ -44,7 +57,7 @@ def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     assert stored["steps"] == steps and stored["sampling_rate"] == pytest.approx(q)
     assert stored["noise_multiplier"] == 1.1 and stored["effective_noise_multiplier"] == 1.1
     assert stored["delta"] == 1e-4
-    assert stored["epsilon"] == pytest.approx(epsilon_for([(q, 1.1, steps)], 1e-4), rel=1e-9)
+    assert stored["epsilon"] == pytest.approx(RDP.epsilon([(q, 1.1, steps)], 1e-4), rel=1e-9)
     assert res["epsilon"] == stored["epsilon"] and 0 < stored["epsilon"] < 10
     priv = stored["stage1"]["privacy"]
     assert priv["ledger_segments"] == [[pytest.approx(q), 1.1, steps]] and priv["sensitivity_in_clip_units"] == 1.0
@@ -58,13 +71,13 @@ def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     assert stored["epochs"] == stored["planned_epochs"] == 1 and stored["segments"][0]["epsilon"] == stored["epsilon"]
 
 
-def test_engine_is_built_with_the_plans_clipping_and_noise():
+def test_engine_is_built_with_the_plans_clipping_and_noise(tmp_path):
     ds = _tiny_tabular()
     tf.random.set_seed(0)
     vae = build_stage1_vae(ds, 4)
     dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=2.0, num_partitions=1, seed=1)
-    plan = plan_stage1_privacy(vae, dp, len(ds.x_train), 40, 2, delta=1e-3)
-    st = train_stage1(ds, 4, epochs=2, batch_size=40, plan=plan, vae=vae, sampling_seed=1)
+    plan = _plan(vae, dp, len(ds.x_train), 40, 2, delta=1e-3)
+    st = _train(vae, ds, plan, tmp_path, seed=1)
     trained = st.info["vae"]
     assert trained.dp_config == plan.config and trained.engine.config == plan.config
     cfg = trained.engine.config
@@ -72,7 +85,7 @@ def test_engine_is_built_with_the_plans_clipping_and_noise():
     assert cfg.noise_stddev(False) == pytest.approx(2.0 * 0.7 / 40)
     # the ledger only counts steps taken through the private train step
     assert trained.ledger.total_steps == plan.planned_steps == 2 * 6
-    assert st.info["privacy"]["epsilon"] == pytest.approx(epsilon_for([(40 / 240, 2.0, 12)], 1e-3))
+    assert st.info["privacy"]["epsilon"] == pytest.approx(RDP.epsilon([(40 / 240, 2.0, 12)], 1e-3))
     codes, _ = st.encode(ds.x_test)
     assert codes.shape == (40, 4) and np.all(np.isfinite(codes))
 
@@ -80,29 +93,29 @@ def test_engine_is_built_with_the_plans_clipping_and_noise():
 def test_target_epsilon_calibrates_the_noise():
     ds = _tiny_tabular()
     vae = build_stage1_vae(ds, 4)
-    plan = plan_stage1_privacy(vae, DPConfig(aggregation="micro", num_partitions=1), 240, 24, 3,
-                               delta=1e-3, target_epsilon=2.0)
-    eps = epsilon_for([(plan.sampling_rate, plan.effective_noise_multiplier, plan.planned_steps)], 1e-3)
+    plan = _plan(vae, DPConfig(aggregation="micro", num_partitions=1), 240, 24, 3,
+                 delta=1e-3, target_epsilon=2.0)
+    eps = RDP.epsilon([(plan.sampling_rate, plan.effective_noise_multiplier, plan.planned_steps)], 1e-3)
     assert 1.95 <= eps <= 2.0 + 1e-6
 
 
-def test_robust_decoder_term_is_per_example_and_accepted():
+def test_robust_decoder_term_is_per_example_and_accepted(tmp_path):
     ds = _tiny_tabular()
     vae = build_stage1_vae(ds, 4, robust_decoder=1.0)
     assert "lipschitz_decoder" in vae.term_spec().sample and not vae.term_spec().has_batch_terms
-    plan = plan_stage1_privacy(vae, DPConfig(aggregation="micro", num_partitions=1, seed=0), 240, 40, 1, delta=1e-3)
-    st = train_stage1(ds, 4, epochs=1, batch_size=40, robust_decoder=1.0, plan=plan, vae=vae, sampling_seed=0)
+    plan = _plan(vae, DPConfig(aggregation="micro", num_partitions=1, seed=0), 240, 40, 1, delta=1e-3)
+    st = _train(vae, ds, plan, tmp_path, seed=0)
     assert st.info["privacy"]["steps"] == 6  # the engine's first-batch locality check passed
 
 
-def test_a_term_that_mixes_examples_is_refused():
+def test_a_term_that_mixes_examples_is_refused(tmp_path):
     """An extra per-example term that reads other examples (here the batch mean) would leak."""
     ds = _tiny_tabular()
     vae = build_stage1_vae(ds, 4)
     vae.extra_sample_terms["mixing"] = lambda v, x, z: tf.reduce_sum(tf.square(z - tf.reduce_mean(z, 0)), 1)
-    plan = plan_stage1_privacy(vae, DPConfig(aggregation="micro", num_partitions=1, seed=0), 240, 40, 1, delta=1e-3)
+    plan = _plan(vae, DPConfig(aggregation="micro", num_partitions=1, seed=0), 240, 40, 1, delta=1e-3)
     with pytest.raises(ConfigError, match="depends on other examples"):
-        train_stage1(ds, 4, epochs=1, batch_size=40, plan=plan, vae=vae, sampling_seed=0)
+        _train(vae, ds, plan, tmp_path, seed=0)
 
 
 @pytest.mark.parametrize("values,message", [
@@ -140,12 +153,12 @@ def test_train_py_exits_2_with_one_line_and_no_output_dir(tmp_path, capsys, data
     assert_one_line_error(proc, flag, out)
 
 
-def test_batch_aggregation_is_accounted_with_sensitivity_two():
+def test_batch_aggregation_is_accounted_with_sensitivity_two(tmp_path):
     ds = _tiny_tabular()
     vae = build_stage1_vae(ds, 4)
-    plan = plan_stage1_privacy(vae, DPConfig(aggregation="batch", noise_multiplier=3.0, num_partitions=1, seed=0),
-                               240, 40, 1, delta=1e-3)
+    plan = _plan(vae, DPConfig(aggregation="batch", noise_multiplier=3.0, num_partitions=1, seed=0),
+                 240, 40, 1, delta=1e-3)
     assert plan.config.sensitivity(False) == 2.0 and plan.effective_noise_multiplier == pytest.approx(1.5)
-    st = train_stage1(ds, 4, epochs=1, batch_size=40, plan=plan, vae=vae, sampling_seed=0)
+    st = _train(vae, ds, plan, tmp_path, seed=0)
     assert st.info["vae"].engine.config.aggregation == "batch"
-    assert st.info["privacy"]["epsilon"] == pytest.approx(epsilon_for([(40 / 240, 1.5, 6)], 1e-3))
+    assert st.info["privacy"]["epsilon"] == pytest.approx(RDP.epsilon([(40 / 240, 1.5, 6)], 1e-3))

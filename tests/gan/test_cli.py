@@ -208,7 +208,7 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
     list; resuming the folder under the other protocol is refused (exit 2) before training."""
     from tests.cli.helpers import assert_one_line_error, train_py
     from tests.test_release_list import release_table, tiny_classifier, written
-    from tfpriv.privacy.accounting import epsilon_for
+    from tfpriv.privacy.accounting import RDP
     monkeypatch.setattr(cli, "_classifier", lambda s: tiny_classifier())
     out = tmp_path / "run"
     common = ["--model=dpgan", "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--capacity=2", "--latent_size=4",
@@ -219,7 +219,7 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
     assert proc.returncode == 0, proc.stderr[-3000:]
     stored = json.load(open(out / "results.json"))
     assert stored["num_examples"] == 55000 and stored["sampling_rate"] == pytest.approx(500 / 55000)
-    accounted = epsilon_for([(stored["sampling_rate"], stored["effective_noise_multiplier"], stored["steps"])],
+    accounted = RDP.epsilon([(stored["sampling_rate"], stored["effective_noise_multiplier"], stored["steps"])],
                             stored["delta"])
     assert stored["epsilon"] == pytest.approx(accounted)
     ev = stored["evaluation"]

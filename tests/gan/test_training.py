@@ -4,7 +4,7 @@ import pytest
 
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
 from tfpriv.gan.training import Limit
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.runner import fit_private, plan_privacy
@@ -32,10 +32,10 @@ def test_resume_continues_the_ledger_and_budget_stop_holds(tmp_path):
     first, plan = _fit(tmp_path, epochs=1, max_steps=4)
     assert plan.steps_per_epoch == 100  # an epoch is round(1/q) critic steps
     assert (first["steps"], first["critic_steps"], first["generator_steps"]) == (4, 4, 2)
-    assert first["epsilon"] == pytest.approx(epsilon_for([(0.01, Z, 4)], 1e-5))
+    assert first["epsilon"] == pytest.approx(RDP.epsilon([(0.01, Z, 4)], 1e-5))
     # Resume (the stopped epoch counts as done) with a budget that allows 6 critic steps in total.
-    budget = epsilon_for([(0.01, Z, 6)], 1e-5) * 1.0001
+    budget = RDP.epsilon([(0.01, Z, 6)], 1e-5) * 1.0001
     second, _ = _fit(tmp_path, epochs=3, max_epsilon=budget)
     assert second["resumed"] and second["budget_reached"]
     assert (second["steps"], second["generator_steps"]) == (6, 3)
-    assert second["epsilon"] == pytest.approx(epsilon_for([(0.01, Z, 6)], 1e-5)) and second["epsilon"] <= budget
+    assert second["epsilon"] == pytest.approx(RDP.epsilon([(0.01, Z, 6)], 1e-5)) and second["epsilon"] <= budget

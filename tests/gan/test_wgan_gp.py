@@ -14,7 +14,7 @@ from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
 from tfpriv.privacy.engine import DPGradientEngine
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_train_step_applies_the_noised_gradient_unscaled_and_counts_critic_steps
     assert int(model.ledger.steps.numpy()) == 5  # one Poisson-sampled Gaussian per critic step
     assert int(model.d_optimizer.iterations.numpy()) == 5
     assert int(model.g_optimizer.iterations.numpy()) == 2  # after critic steps 2 and 4
-    assert model.ledger.epsilon(1e-5) == pytest.approx(epsilon_for([(0.01, z, 5)], 1e-5))
+    assert model.ledger.epsilon(1e-5) == pytest.approx(RDP.epsilon([(0.01, z, 5)], 1e-5))
 
 
 def test_label_is_part_of_the_clipped_example(cond_model):

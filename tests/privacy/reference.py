@@ -1,9 +1,12 @@
-"""Naive references for the engine tests: per-example Python loops, no tricks."""
+"""Naive references for the engine tests: per-example Python loops, no tricks; for the tuning tests,
+dp_accounting's own event accounting of a job (the tuner computes it from RDP curves)."""
 from __future__ import annotations
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.privacy.accounting import DEFAULT_ORDERS
 from tfpriv.privacy.terms import BatchLayout, LossTerms
 
 
@@ -38,3 +41,17 @@ def per_partition_batch_grads(loss_fn, x, variables, partition_ids: np.ndarray, 
         else:
             out.append(grad_of(loss_fn, tf.gather(x, idx), variables, "batch"))
     return out
+
+
+def repeat_and_select_epsilon(trial: dp_accounting.DpEvent, count, delta: float) -> float:
+    """(epsilon at delta) of K ~ `count` (a TrialCount) runs of `trial`, only the best released."""
+    accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+    accountant.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(trial, count.mean, count.dp_shape))
+    return float(accountant.get_epsilon(delta))
+
+
+def composed_epsilon(trial: dp_accounting.DpEvent, trials: int, delta: float) -> float:
+    """(epsilon at delta) of `trials` runs of `trial`, every one released."""
+    accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+    accountant.compose(dp_accounting.SelfComposedDpEvent(trial, int(trials)))
+    return float(accountant.get_epsilon(delta))

@@ -27,7 +27,8 @@ def independent_epsilon(q, noise, steps, delta):
     (0.01, 2.0, 1000, 1e-6),
 ])
 def test_epsilon_matches_dp_accounting(q, noise, steps, delta):
-    assert acc.epsilon_for([(q, noise, steps)], delta) == pytest.approx(independent_epsilon(q, noise, steps, delta), rel=1e-9)
+    assert acc.RDP.epsilon([(q, noise, steps)], delta) == pytest.approx(independent_epsilon(q, noise, steps, delta),
+                                                                   rel=1e-9)
 
 
 def test_full_batch_gaussian_matches_closed_form_rdp():
@@ -36,31 +37,31 @@ def test_full_batch_gaussian_matches_closed_form_rdp():
     orders = np.array(acc.DEFAULT_ORDERS)
     rdp = orders / (2 * s * s)
     eps = rdp + np.log1p(-1 / orders) - (np.log(delta) + np.log(orders)) / (orders - 1)
-    assert acc.epsilon_for([(1.0, s, 1)], delta) == pytest.approx(max(0.0, eps.min()), rel=1e-6)
+    assert acc.RDP.epsilon([(1.0, s, 1)], delta) == pytest.approx(max(0.0, eps.min()), rel=1e-6)
 
 
 def test_segments_compose():
-    one = acc.epsilon_for([(0.01, 1.0, 300)], 1e-5)
-    split = acc.epsilon_for([(0.01, 1.0, 100), (0.01, 1.0, 200)], 1e-5)
+    one = acc.RDP.epsilon([(0.01, 1.0, 300)], 1e-5)
+    split = acc.RDP.epsilon([(0.01, 1.0, 100), (0.01, 1.0, 200)], 1e-5)
     assert split == pytest.approx(one, rel=1e-9)
-    assert acc.epsilon_for([(0.01, 0.0, 10)], 1e-5) == math.inf
-    assert acc.epsilon_for([], 1e-5) == 0.0
+    assert acc.RDP.epsilon([(0.01, 0.0, 10)], 1e-5) == math.inf
+    assert acc.RDP.epsilon([], 1e-5) == 0.0
 
 
 def test_calibration_reaches_the_target_from_below():
-    noise = acc.calibrate_noise(3.0, 1e-5, 0.01, 2000)
-    assert acc.epsilon_for([(0.01, noise, 2000)], 1e-5) <= 3.0
-    assert acc.epsilon_for([(0.01, noise * 0.99, 2000)], 1e-5) > 3.0
+    noise = acc.RDP.calibrate(3.0, 1e-5, 0.01, 2000)
+    assert acc.RDP.epsilon([(0.01, noise, 2000)], 1e-5) <= 3.0
+    assert acc.RDP.epsilon([(0.01, noise * 0.99, 2000)], 1e-5) > 3.0
 
 
 def test_calibration_refuses_unreachable_targets():
     with pytest.raises(ConfigError, match="^target_epsilon: "):
-        acc.calibrate_noise(1e-9, 1e-5, 0.5, 10**6)
+        acc.RDP.calibrate(1e-9, 1e-5, 0.5, 10**6)
 
 
 def test_max_steps_within_is_tight():
-    n = acc.max_steps_within(2.0, 1e-5, 0.02, 1.2)
-    assert acc.epsilon_for([(0.02, 1.2, n)], 1e-5) <= 2.0 < acc.epsilon_for([(0.02, 1.2, n + 1)], 1e-5)
+    n = acc.RDP.max_steps_within(2.0, 1e-5, 0.02, 1.2)
+    assert acc.RDP.epsilon([(0.02, 1.2, n)], 1e-5) <= 2.0 < acc.RDP.epsilon([(0.02, 1.2, n + 1)], 1e-5)
 
 
 def test_ledger_continues_after_checkpoint_restore(tmp_path):
@@ -76,10 +77,10 @@ def test_ledger_continues_after_checkpoint_restore(tmp_path):
     restored.begin(0.02, 1.5)          # a new mechanism folds the old segment into history
     restored.steps.assign_add(10)
     assert restored.segments() == [(0.01, 1.0, 200), (0.02, 1.5, 10)]
-    assert restored.epsilon(1e-5) == pytest.approx(acc.epsilon_for([(0.01, 1.0, 200), (0.02, 1.5, 10)], 1e-5))
+    assert restored.epsilon(1e-5) == pytest.approx(acc.RDP.epsilon([(0.01, 1.0, 200), (0.02, 1.5, 10)], 1e-5))
 
 
-# -- the PLD accountant (`accountant="pld"`) ---------------------------------------------------
+# -- the PLD accountant (`get_accountant("pld")`) ---------------------------------------------------
 def _independent_pld(q, z, steps, delta):
     acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
                                           value_discretization_interval=1e-4)
@@ -88,35 +89,35 @@ def _independent_pld(q, z, steps, delta):
 
 
 def test_pld_epsilon_equals_dp_accounting_and_is_tighter_than_rdp():
-    from tfpriv.privacy.accounting import epsilon_for
+    from tfpriv.privacy.accounting import get_accountant
     segments = [(0.01, 1.1, 300), (0.01, 2.0, 200)]
-    pld = epsilon_for(segments, 1e-5, accountant="pld")
+    pld = get_accountant("pld").epsilon(segments, 1e-5)
     acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
                                           value_discretization_interval=1e-4)
     for q, z, n in segments:
         acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
     assert pld == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
-    assert pld < epsilon_for(segments, 1e-5, accountant="rdp")
+    assert pld < get_accountant("rdp").epsilon(segments, 1e-5)
 
 
 def test_pld_calibration_and_budget_stop():
-    from tfpriv.privacy.accounting import calibrate_noise, max_steps_within
-    z = calibrate_noise(0.5, 1e-5, 0.05, 40, accountant="pld")
+    from tfpriv.privacy.accounting import get_accountant
+    z = get_accountant("pld").calibrate(0.5, 1e-5, 0.05, 40)
     assert 0.99 * 0.5 <= _independent_pld(0.05, z, 40, 1e-5) <= 0.5
-    assert z < calibrate_noise(0.5, 1e-5, 0.05, 40, accountant="rdp")   # less noise for the same epsilon
-    n = max_steps_within(0.5, 1e-5, 0.05, 3.0, accountant="pld")
+    assert z < get_accountant("rdp").calibrate(0.5, 1e-5, 0.05, 40)   # less noise for the same epsilon
+    n = get_accountant("pld").max_steps_within(0.5, 1e-5, 0.05, 3.0)
     assert _independent_pld(0.05, 3.0, n, 1e-5) <= 0.5 < _independent_pld(0.05, 3.0, n + 1, 1e-5)
 
 
 def test_unknown_accountant_is_refused():
-    from tfpriv.privacy.accounting import epsilon_for
+    from tfpriv.privacy.accounting import get_accountant
     with pytest.raises(ConfigError, match="accountant"):
-        epsilon_for([(0.01, 1.0, 10)], 1e-5, accountant="moments")
+        get_accountant("moments")
 
 
 def test_a_noise_multiplier_too_small_for_pld_is_refused_naming_the_accountant():
     """Issue 31 (robustness): PLD cannot discretise a noise multiplier of 1e-30; that is one ConfigError
     naming the accountant (exit 2 on the command line), not a crash. RDP still gives its (huge) epsilon."""
     with pytest.raises(ConfigError, match="^accountant: pld cannot account noise multiplier 1e-30"):
-        acc.epsilon_for([(0.05, 1e-30, 10)], 1e-5, accountant="pld")
-    assert acc.epsilon_for([(0.05, 1e-30, 10)], 1e-5) > 1e30
+        acc.get_accountant("pld").epsilon([(0.05, 1e-30, 10)], 1e-5)
+    assert acc.RDP.epsilon([(0.05, 1e-30, 10)], 1e-5) > 1e30

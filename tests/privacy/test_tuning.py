@@ -1,67 +1,15 @@
-"""Tuning with a random number of trials (Papernot & Steinke 2022): dp_accounting's
-RepeatAndSelectDpEvent against the paper's closed forms, the trial-count samplers, naive composition."""
+"""Tuning with a random number of trials (Papernot & Steinke 2022): the trial-count samplers and
+the cap on K paid for in delta (the job's epsilon itself: tests/training/test_tuner.py)."""
 import math
 
 import dp_accounting
 import numpy as np
 import pytest
-from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-from scipy.stats import norm
 
+from tests.privacy.reference import repeat_and_select_epsilon
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import DEFAULT_ORDERS, epsilon_for, training_event
-from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon, job_epsilon, largest_mean, naive_epsilon, smallest_cap
-
-SIGMA, DELTA = 3.0, 1e-6
-ORDERS = np.array(DEFAULT_ORDERS)
-
-
-def gaussian_rdp(orders):
-    return orders / (2 * SIGMA ** 2)        # Gaussian mechanism, sensitivity 1 (Mironov 2017)
-
-
-def expected_trials(eta: float, gamma: float) -> float:
-    """E[K] of the truncated negative binomial D_{eta,gamma} (paper, Section 3)."""
-    if eta == 0:
-        return (1 / gamma - 1) / math.log(1 / gamma)
-    return eta * (1 - gamma) / (gamma * (1 - gamma ** eta))
-
-
-@pytest.mark.parametrize("count", [TrialCount("geometric", 10), TrialCount("logarithmic", 10),
-                                   TrialCount("negative_binomial", 10, shape=0.5),
-                                   TrialCount("negative_binomial", 5, shape=2.0)], ids=lambda c: c.distribution + str(c.shape))
-def test_theorem_2_closed_form(count):
-    eta, gamma = count.dp_shape, count.gamma
-    assert expected_trials(eta, gamma) == pytest.approx(count.mean, rel=1e-6)
-    eps = gaussian_rdp(ORDERS)
-    # Theorem 2, minimised over lambda_hat in the same orders; then RDP's monotonicity in lambda.
-    const = (1 + eta) * np.min((1 - 1 / ORDERS) * eps + math.log(1 / gamma) / ORDERS)
-    rdp = eps + const + math.log(count.mean) / (ORDERS - 1)
-    rdp = np.array([rdp[ORDERS >= o].min() for o in ORDERS])
-    expected, _ = compute_epsilon(ORDERS, rdp, DELTA)
-    assert job_epsilon(dp_accounting.GaussianDpEvent(SIGMA), count, DELTA) == pytest.approx(expected, rel=1e-9)
-
-
-def test_theorem_6_poisson_with_the_exact_gaussian_delta():
-    """The bound holds for any (eps_hat, delta_hat) a trial satisfies; the exact Gaussian delta_hat
-    gives a tighter valid bound than the accountant's RDP-derived delta_hat (never looser)."""
-    mu = 10.0
-    eps = gaussian_rdp(ORDERS)
-    eps_hat = np.log1p(1 / (ORDERS - 1))
-    a = 1 / (2 * SIGMA)
-    delta_hat = norm.cdf(a - eps_hat * SIGMA) - np.exp(eps_hat) * norm.cdf(-a - eps_hat * SIGMA)
-    exact, _ = compute_epsilon(ORDERS, eps + mu * delta_hat + math.log(mu) / (ORDERS - 1), DELTA)
-    got = job_epsilon(dp_accounting.GaussianDpEvent(SIGMA), TrialCount("poisson", mu), DELTA)
-    assert exact <= got <= 1.3 * exact   # measured: 3.38 vs 2.76
-
-
-def test_a_random_number_of_dp_sgd_trials_costs_less_than_composing_them():
-    trial = training_event([(0.01, 1.1, 1000)])
-    single = epsilon_for([(0.01, 1.1, 1000)], DELTA)
-    for count in (TrialCount("poisson", 20), TrialCount("geometric", 20), TrialCount("logarithmic", 20)):
-        job = job_epsilon(trial, count, DELTA)
-        assert single < job < naive_epsilon(trial, 20, DELTA)
-    assert naive_epsilon(trial, 1, DELTA) == pytest.approx(single)
+from tfpriv.privacy.accounting import DEFAULT_ORDERS, training_event
+from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon, largest_mean, smallest_cap
 
 
 @pytest.mark.parametrize("count", [TrialCount("poisson", 6), TrialCount("geometric", 6),
@@ -94,8 +42,8 @@ def test_a_cap_is_paid_for_in_delta():
     count, delta = TrialCount("poisson", 5), 1e-5
     eps, delta_bound = capped_job_epsilon(rdp, count, 25, delta)
     assert delta_bound + (1 + math.exp(eps)) * count.tail(25) <= delta
-    assert eps == pytest.approx(job_epsilon(trial, count, delta_bound), rel=1e-9)
-    assert eps >= job_epsilon(trial, count, delta)  # never below the uncapped job at the full delta
+    assert eps == pytest.approx(repeat_and_select_epsilon(trial, count, delta_bound), rel=1e-9)
+    assert eps >= repeat_and_select_epsilon(trial, count, delta)  # never below the uncapped job at the full delta
     with pytest.raises(ConfigError, match="max_trials"):  # P(K > 8) = 0.07 does not fit in 1e-5
         capped_job_epsilon(rdp, count, 8, delta)
 

@@ -11,7 +11,7 @@ from tfpriv.audit.sweep import build_vae
 from tfpriv.compat import keras
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.vae import VAE
-from tfpriv.privacy.accounting import epsilon_for, max_steps_within
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.callbacks import BudgetExhausted, StepProgressBar, loggable
 from tfpriv.training.runner import fit_private, plan_privacy
@@ -32,7 +32,7 @@ def _private(max_epsilon: float):
 
 
 def test_a_budget_below_one_step_is_refused_saying_what_one_step_would_spend():
-    one_step = epsilon_for([(B / N, Z, 1)], DELTA)
+    one_step = RDP.epsilon([(B / N, Z, 1)], DELTA)
     dp_model, x, y = _private(max_epsilon=one_step / 2)
     with pytest.raises(BudgetExhausted) as info:
         dp_model.fit(x, y, epochs=1, verbose=0)
@@ -43,12 +43,12 @@ def test_a_budget_below_one_step_is_refused_saying_what_one_step_would_spend():
 
 
 def test_a_budget_stop_prints_epsilon_and_steps(capsys):
-    budget = epsilon_for([(B / N, Z, 6)], DELTA) * 1.0001
-    allowed = max_steps_within(budget, DELTA, B / N, Z)
+    budget = RDP.epsilon([(B / N, Z, 6)], DELTA) * 1.0001
+    allowed = RDP.max_steps_within(budget, DELTA, B / N, Z)
     dp_model, x, y = _private(max_epsilon=budget)
     history = dp_model.fit(x, y, epochs=5, verbose=2)                  # 4 steps an epoch: stops in epoch 2
     assert allowed == 6 and dp_model.ledger.total_steps == 6 and len(history.history["epsilon"]) == 2
-    spent = epsilon_for([(B / N, Z, 6)], DELTA)
+    spent = RDP.epsilon([(B / N, Z, 6)], DELTA)
     assert (f"stopped at max_epsilon={budget:g}: epsilon = {spent:.4g} at delta = 0.001 after 6 steps; "
             "one more step would exceed the budget") in capsys.readouterr().out
     with pytest.raises(BudgetExhausted, match=f"spent so far: epsilon = {spent:.4g} at delta = 0.001 after 6 steps"):

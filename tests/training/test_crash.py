@@ -11,7 +11,7 @@ import numpy as np
 
 from tests.conftest import REPO_ROOT
 from tfpriv.training.runner import read_ledger
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 
 SCRIPT = str(REPO_ROOT / "tests/training/scripts/train_small.py")
 EPOCHS = 5
@@ -48,7 +48,7 @@ def test_sigkill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path)
         assert proc.poll() is None, "the run finished before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        reported.append(epsilon_for(read_ledger(str(killed)), 1e-4))   # the last complete checkpoint reads
+        reported.append(RDP.epsilon(read_ledger(str(killed)), 1e-4))   # the last complete checkpoint reads
     assert reported == sorted(reported) and reported[0] > 0   # saved epsilon only grows
     final = _finish(killed)
     assert final["resumed"] and final["steps"] == straight["steps"]

@@ -11,7 +11,7 @@ from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
 from tfpriv.models.vae import VAE
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
@@ -32,7 +32,7 @@ def _x():
 
 
 def _expected(steps):
-    return epsilon_for([(B / N, CONFIG.effective_noise_multiplier(True), steps)], 1e-3)
+    return RDP.epsilon([(B / N, CONFIG.effective_noise_multiplier(True), steps)], 1e-3)
 
 
 def test_fit_on_a_dataset_reports_epsilon_per_epoch():
@@ -97,7 +97,7 @@ def test_fit_reports_the_chosen_accountants_epsilon():
     vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3, accountant="pld")
     history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=0)
     segments = [(B / N, CONFIG.effective_noise_multiplier(True), 6)]
-    assert history.history["epsilon"][-1] == pytest.approx(epsilon_for(segments, 1e-3, accountant="pld"))
+    assert history.history["epsilon"][-1] == pytest.approx(get_accountant("pld").epsilon(segments, 1e-3))
     assert history.history["epsilon"][-1] < _expected(6)
     with pytest.raises(ConfigError, match="accountant"):
         _vae().compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, accountant="moments")

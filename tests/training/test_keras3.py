@@ -10,7 +10,7 @@ import tfpriv
 from tests.privacy.rules.helpers import check_model
 from tfpriv.compat import keras3
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 
 pytest.importorskip("keras")  # what a user's `import keras` loads
 keras = keras3()
@@ -78,7 +78,7 @@ def test_the_issue_models_train_as_keras3_models_and_report_epsilon(name):
     history = dp_model.fit(x, y, epochs=2, verbose=0)
     recorder = dp_model.engine.recorder
     assert {layer.name: recorder.rules[id(layer)].name for layer in recorder.layers} == rules
-    assert history.history["epsilon"] == pytest.approx([epsilon_for([(B / N, NOISE, s)], DELTA) for s in (2, 4)])
+    assert history.history["epsilon"] == pytest.approx([RDP.epsilon([(B / N, NOISE, s)], DELTA) for s in (2, 4)])
     assert dp_model.ledger.total_steps == 4 and 0 <= history.history["accuracy"][-1] <= 1
     assert set(dp_model.evaluate(x, y, verbose=0, return_dict=True)) >= {"loss", "accuracy"}
 
@@ -130,7 +130,7 @@ def test_tf_data_progress_bar_save_load_and_export(tmp_path, capsys):
     x, y = rng.random((N, 12), dtype=np.float32), rng.integers(0, 3, N)
     dp_model = _private(model)
     history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(B), epochs=1, verbose=2)
-    assert history.history["epsilon"] == pytest.approx([epsilon_for([(B / N, NOISE, 2)], DELTA)])
+    assert history.history["epsilon"] == pytest.approx([RDP.epsilon([(B / N, NOISE, 2)], DELTA)])
     assert "epsilon: " in capsys.readouterr().out
     dp_model.save(str(tmp_path / "m.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "m.keras"))

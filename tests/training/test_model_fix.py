@@ -6,7 +6,7 @@ import tensorflow as tf
 import tfpriv
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.training.model_fix import groups_for
 
 L = keras.layers
@@ -59,7 +59,7 @@ def test_fixed_convnet_trains_privately_and_reports_epsilon():
     x, y = _data()
     history = _private(fixed).fit(x, y, epochs=2, verbose=0)
     steps = 2 * round(N / B)
-    assert history.history["epsilon"][-1] == pytest.approx(epsilon_for([(B / N, 1.1, steps)], 1e-5))
+    assert history.history["epsilon"][-1] == pytest.approx(RDP.epsilon([(B / N, 1.1, steps)], 1e-5))
     assert 0 <= history.history["accuracy"][-1] <= 1
     np.testing.assert_array_equal(original.layers[0].kernel.numpy(), kernel)  # the copy trained, not the original
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tfpriv
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.terms import BatchLayout
 
 N, B = 256, 32
@@ -43,9 +43,9 @@ def test_the_snippet_trains_reports_epsilon_and_saves(tmp_path, build, shape):
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
     history = dp_model.fit(x_train, y_train, epochs=2, verbose=0)
     steps = 2 * round(N / B)
-    expected = epsilon_for([(B / N, 1.1, steps)], 1e-5)
+    expected = RDP.epsilon([(B / N, 1.1, steps)], 1e-5)
     assert history.history["epsilon"][-1] == pytest.approx(expected)
-    assert history.history["epsilon"][0] == pytest.approx(epsilon_for([(B / N, 1.1, steps // 2)], 1e-5))
+    assert history.history["epsilon"][0] == pytest.approx(RDP.epsilon([(B / N, 1.1, steps // 2)], 1e-5))
     assert dp_model.ledger.total_steps == steps and 0 <= history.history["accuracy"][-1] <= 1
     dp_model.save(str(tmp_path / "m.keras"))
     loaded = keras.models.load_model(str(tmp_path / "m.keras"))
@@ -225,5 +225,5 @@ def test_text_classifier_with_lstm_trains(clipping):
                                    num_examples=32, batch_size=16, delta=1e-5)
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
     history = dp_model.fit(x, y, epochs=1, verbose=0)
-    assert history.history["epsilon"][-1] == pytest.approx(epsilon_for([(16 / 32, 1.1, 2)], 1e-5))
+    assert history.history["epsilon"][-1] == pytest.approx(RDP.epsilon([(16 / 32, 1.1, 2)], 1e-5))
     assert 0 <= history.history["accuracy"][-1] <= 1

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from tfpriv.compat import keras
-from tfpriv.filter.stage1 import build_stage1_vae, plan_stage1_privacy, train_stage1
+from tfpriv.filter.stage1 import build_stage1_vae, privacy_record
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
 from tfpriv.models.vae import VAE
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
@@ -87,10 +87,9 @@ def _stage1_run(directory, epochs):
     keras.utils.set_random_seed(0)
     vae = build_stage1_vae(ds, 4, robust_decoder=1.0)
     dp = DPConfig(aggregation="micro", l2_norm_clip=0.7, noise_multiplier=1.0, num_partitions=1, seed=1)
-    plan = plan_stage1_privacy(vae, dp, N, 20, epochs, delta=1e-3)
-    st = train_stage1(ds, 4, epochs=epochs, batch_size=20, robust_decoder=1.0, plan=plan, vae=vae,
-                      checkpoint_dir=str(directory), sampling_seed=2)
-    return st.info["vae"], st.info
+    plan = plan_privacy(dp, vae.term_spec(), N, 20, epochs, delta=1e-3)
+    fit = fit_private(vae, x, plan, keras.optimizers.Adam(1e-3), str(directory), seed=2, verbose=0)
+    return vae, {"privacy": privacy_record(vae, plan, fit)}
 
 
 def test_filter_stage1_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
@@ -125,7 +124,7 @@ def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
     assert plan.config.noise_multiplier > first_plan.config.noise_multiplier  # 20 more steps, less budget each
     segments = read_ledger(str(tmp_path))
     assert [s[2] for s in segments] == [10, 20]
-    assert out["epsilon"] == pytest.approx(epsilon_for(segments, 1e-3))
+    assert out["epsilon"] == pytest.approx(RDP.epsilon(segments, 1e-3))
 
 
 def test_target_epsilon_already_spent_is_refused(tmp_path):
@@ -139,7 +138,7 @@ def test_target_epsilon_already_spent_is_refused(tmp_path):
     from tfpriv.errors import ConfigError
     with pytest.raises(ConfigError, match="^target_epsilon: 1 is already spent"):
         plan_for(1.0, spent)
-    assert epsilon_for(spent, 1e-3) > 1.0
+    assert RDP.epsilon(spent, 1e-3) > 1.0
 
 
 def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path):

@@ -11,7 +11,7 @@ from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
 from tfpriv.models.vae import VAE
-from tfpriv.privacy.accounting import epsilon_for, max_steps_within
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import REQUIRED_KEYS, write_results
 from tfpriv.training.runner import fit_private, plan_privacy
@@ -40,7 +40,7 @@ def test_poisson_batches_vary_but_train_step_is_traced_once(tmp_path):
     out = fit_private(model, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     assert model.train_function.experimental_get_tracing_count() == 1
     assert out["steps"] == 2 * p.steps_per_epoch == 20
-    expected = epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, 20)], 1e-3)
+    expected = RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, 20)], 1e-3)
     assert out["epsilon"] == pytest.approx(expected)
     assert len(out["history"]["epsilon"]) == 2 and out["history"]["epsilon"][1] == pytest.approx(expected)
     assert os.path.isdir(tmp_path / "logs")
@@ -100,7 +100,7 @@ def test_resumed_run_continues_its_epsilon(tmp_path):
     out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
     assert out["resumed"] and out["epochs_completed"] == 3
     assert out["steps"] == 30   # 10 before the restart + 20 after: continued, not restarted
-    assert out["epsilon"] == pytest.approx(epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, 30)], 1e-3))
+    assert out["epsilon"] == pytest.approx(RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, 30)], 1e-3))
 
 
 def test_resume_restores_weights_and_optimizer(tmp_path):
@@ -118,7 +118,7 @@ def test_max_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
     model = vae()
     p = plan(model, epochs=50, max_epsilon=3.0)
     out = fit_private(model, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
-    allowed = max_steps_within(3.0, 1e-3, p.sampling_rate, p.effective_noise_multiplier)
+    allowed = RDP.max_steps_within(3.0, 1e-3, p.sampling_rate, p.effective_noise_multiplier)
     assert out["budget_reached"] and out["steps"] == allowed < 50 * p.steps_per_epoch
     assert out["epsilon"] <= 3.0
 
@@ -126,7 +126,7 @@ def test_max_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
 def test_target_epsilon_calibrates_the_noise():
     model = vae()
     p = plan(model, epochs=4, target_epsilon=2.0)
-    eps = epsilon_for([(p.sampling_rate, p.effective_noise_multiplier, p.planned_steps)], p.delta)
+    eps = RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, p.planned_steps)], p.delta)
     assert 1.95 < eps <= 2.0
     assert p.config.noise_multiplier == pytest.approx(p.effective_noise_multiplier * 5 ** 0.5)
 

@@ -1,5 +1,6 @@
 """Tuning jobs: keras-tuner runs trials that are ordinary private runs; the job's epsilon is the
-Papernot-Steinke bound for random search over a random number of trials, composition otherwise."""
+Papernot-Steinke bound for random search over a random number of trials (checked against the
+paper's closed forms), composition otherwise."""
 import json
 import math
 import os
@@ -7,14 +8,17 @@ import os
 import dp_accounting
 import numpy as np
 import pytest
+from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+from scipy.stats import norm
 
+from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
 import tfpriv
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import DEFAULT_ORDERS, training_event
-from tfpriv.privacy.tuning import TrialCount, job_epsilon, naive_epsilon
+from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP, training_event
+from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.results import write_results
-from tfpriv.training.tuner import Objective, TuningJob, job_epsilon_from_rdp, rdp_epsilon
+from tfpriv.training.tuner import Objective, TuningJob, job_epsilon_from_rdp, rdp_epsilon, worst_rdp
 
 N = 128
 Z = 1.2
@@ -65,7 +69,7 @@ def test_random_search_runs_a_random_number_of_ordinary_runs_and_reports_the_job
     assert record["best"]["objective"] == max(t["objective"] for t in record["trials"])
     privacy = record["privacy"]
     # the worst configuration is batch 32 (q = 1/4, 4 steps) vs batch 16 (1/8, 8 steps): the bound uses the max
-    worst = max(job_epsilon(_event({"batch_size": b}), count, 1e-3) for b in (16, 32))
+    worst = max(repeat_and_select_epsilon(_event({"batch_size": b}), count, 1e-3) for b in (16, 32))
     assert privacy["epsilon"] >= worst * (1 - 1e-9)
     assert privacy["epsilon_one_trial"] < privacy["epsilon"]
 
@@ -75,8 +79,8 @@ def test_single_configuration_matches_the_event_accountant(tmp_path):
     count = TrialCount("poisson", 4)
     job = TuningJob(_trial, _event, space, objective=ACCURACY, trials=count, delta=1e-3, seed=1)
     privacy = job.privacy(trials_run=4)
-    assert privacy["epsilon"] == pytest.approx(job_epsilon(_event({}), count, 1e-3), rel=1e-9)
-    assert privacy["epsilon_naive_composition"] == pytest.approx(naive_epsilon(_event({}), 4, 1e-3), rel=1e-6)
+    assert privacy["epsilon"] == pytest.approx(repeat_and_select_epsilon(_event({}), count, 1e-3), rel=1e-9)
+    assert privacy["epsilon_naive_composition"] == pytest.approx(composed_epsilon(_event({}), 4, 1e-3), rel=1e-6)
 
 
 def test_adaptive_tuners_are_accounted_by_composition():
@@ -183,3 +187,58 @@ def test_an_order_without_a_bound_is_left_out_not_fatal():
         job_epsilon_from_rdp(curve[1:], count, 1e-5, orders[1:]))
     assert math.isfinite(job_epsilon_from_rdp(partial, count, 1e-5))
     assert rdp_epsilon(np.full_like(orders, np.inf), 1e-5) == math.inf
+
+
+# -- the job's epsilon from one trial's RDP curve against Papernot & Steinke's closed forms ----------
+SIGMA, DELTA = 3.0, 1e-6
+ORDERS = np.array(DEFAULT_ORDERS)
+
+
+def gaussian_rdp(orders):
+    return orders / (2 * SIGMA ** 2)        # Gaussian mechanism, sensitivity 1 (Mironov 2017)
+
+
+def expected_trials(eta: float, gamma: float) -> float:
+    """E[K] of the truncated negative binomial D_{eta,gamma} (paper, Section 3)."""
+    if eta == 0:
+        return (1 / gamma - 1) / math.log(1 / gamma)
+    return eta * (1 - gamma) / (gamma * (1 - gamma ** eta))
+
+
+@pytest.mark.parametrize("count", [TrialCount("geometric", 10), TrialCount("logarithmic", 10),
+                                   TrialCount("negative_binomial", 10, shape=0.5),
+                                   TrialCount("negative_binomial", 5, shape=2.0)], ids=lambda c: c.distribution + str(c.shape))
+def test_theorem_2_closed_form(count):
+    eta, gamma = count.dp_shape, count.gamma
+    assert expected_trials(eta, gamma) == pytest.approx(count.mean, rel=1e-6)
+    eps = gaussian_rdp(ORDERS)
+    # Theorem 2, minimised over lambda_hat in the same orders; then RDP's monotonicity in lambda.
+    const = (1 + eta) * np.min((1 - 1 / ORDERS) * eps + math.log(1 / gamma) / ORDERS)
+    rdp = eps + const + math.log(count.mean) / (ORDERS - 1)
+    rdp = np.array([rdp[ORDERS >= o].min() for o in ORDERS])
+    expected, _ = compute_epsilon(ORDERS, rdp, DELTA)
+    trial = worst_rdp([dp_accounting.GaussianDpEvent(SIGMA)])
+    assert job_epsilon_from_rdp(trial, count, DELTA) == pytest.approx(expected, rel=1e-9)
+
+
+def test_theorem_6_poisson_with_the_exact_gaussian_delta():
+    """The bound holds for any (eps_hat, delta_hat) a trial satisfies; the exact Gaussian delta_hat
+    gives a tighter valid bound than the accountant's RDP-derived delta_hat (never looser)."""
+    mu = 10.0
+    eps = gaussian_rdp(ORDERS)
+    eps_hat = np.log1p(1 / (ORDERS - 1))
+    a = 1 / (2 * SIGMA)
+    delta_hat = norm.cdf(a - eps_hat * SIGMA) - np.exp(eps_hat) * norm.cdf(-a - eps_hat * SIGMA)
+    exact, _ = compute_epsilon(ORDERS, eps + mu * delta_hat + math.log(mu) / (ORDERS - 1), DELTA)
+    got = job_epsilon_from_rdp(worst_rdp([dp_accounting.GaussianDpEvent(SIGMA)]), TrialCount("poisson", mu), DELTA)
+    assert exact <= got <= 1.3 * exact   # measured: 3.38 vs 2.76
+
+
+def test_a_random_number_of_dp_sgd_trials_costs_less_than_composing_them():
+    """The bound against the composition `TuningJob.privacy` records beside it (k times one trial's RDP)."""
+    trial = worst_rdp([training_event([(0.01, 1.1, 1000)])])
+    single = RDP.epsilon([(0.01, 1.1, 1000)], DELTA)
+    for count in (TrialCount("poisson", 20), TrialCount("geometric", 20), TrialCount("logarithmic", 20)):
+        job = job_epsilon_from_rdp(trial, count, DELTA)
+        assert single < job < rdp_epsilon(20 * trial, DELTA)
+    assert rdp_epsilon(1 * trial, DELTA) == pytest.approx(single)

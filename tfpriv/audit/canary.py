@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from tfpriv.audit.bounds import many_run_epsilon_lower_bound, one_run_audit
 from tfpriv.compat import keras
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import BatchLayout
 
@@ -324,7 +324,8 @@ def many_run_audit(runs: int = 100, private: bool = True, target_epsilon: float 
             dp.fit(batches, epochs=epochs, steps_per_epoch=per_epoch, verbose=0)
             steps = dp.ledger.total_steps - before
             scores[with_canary].append(float(_gradient_scores(init[0], model.layers[0].kernel.numpy(), np.array([d]))[0]))
-    reported = epsilon_for([(dp.sampling_rate, dp.effective_noise_multiplier, steps)], dp.delta) if private else math.inf
+    reported = (RDP.epsilon([(dp.sampling_rate, dp.effective_noise_multiplier, steps)], dp.delta) if private
+                else math.inf)
     bound = many_run_epsilon_lower_bound(scores[True], scores[False], dp.delta, confidence)
     return {
         "family": "make_private (linear classifier, digits)",

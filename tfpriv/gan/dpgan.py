@@ -24,7 +24,7 @@ from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.architectures import build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
-from tfpriv.privacy.accounting import epsilon_for
+from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.terms import TermSpec
 
 WEIGHT_CLIP = 0.01
@@ -112,10 +112,10 @@ def privacy_comparison(noise_multiplier: float, q: float, critic_steps: int, del
     """
     z = noise_multiplier
     return {
-        "rdp_epsilon_run": epsilon_for([(q, z, total_critic_steps)], delta),
-        "rdp_epsilon_one_outer_loop": epsilon_for([(q, z, critic_steps)], delta),
+        "rdp_epsilon_run": RDP.epsilon([(q, z, total_critic_steps)], delta),
+        "rdp_epsilon_one_outer_loop": RDP.epsilon([(q, z, critic_steps)], delta),
         "xie_epsilon_one_outer_loop_sigma_on_mean": xie_epsilon(z / expected_batch_size, q, critic_steps, delta),
         "xie_epsilon_one_outer_loop_sigma_on_sum": xie_epsilon(z, q, critic_steps, delta),
         "xie_sigma_n_for_rdp_epsilon_one_outer_loop": xie_sigma_n(
-            max(epsilon_for([(q, z, critic_steps)], delta), 1e-12), q, critic_steps, delta),
+            max(RDP.epsilon([(q, z, critic_steps)], delta), 1e-12), q, critic_steps, delta),
     }

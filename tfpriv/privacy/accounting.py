@@ -4,9 +4,9 @@ Every private step is one Poisson-sampled Gaussian mechanism with sampling rate 
 mode's *effective* noise multiplier (noise std over true sensitivity, `DPConfig`), under
 add-or-remove-one adjacency. Steps compose; a `PrivacyLedger` keeps the composed history in
 checkpointable variables so a resumed run continues its epsilon instead of restarting it.
-The same events are converted to (epsilon, delta) by the RDP accountant (default, TF Privacy's
-orders) or the privacy-loss-distribution accountant (`accountant="pld"`: tighter; discretised
-at 1e-4, pessimistic rounding, so still an upper bound).
+The same events are converted to (epsilon, delta) by an `Accountant` of the registry
+`ACCOUNTANTS`: "rdp" (default, TF Privacy's orders) or "pld" (privacy-loss distributions: tighter;
+discretised at 1e-4, pessimistic rounding, so still an upper bound); `get_accountant(name)`.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from tfpriv.errors import ConfigError
 # TF Privacy's default RDP orders (compute_dp_sgd_privacy_lib).
 DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512])
 
-Segment = tuple[float, float, int]
-MAX_NOISE = 1000.0  # calibration searches effective noise multipliers in [1e-3, MAX_NOISE]  # (sampling rate q, effective noise multiplier, steps)
+Segment = tuple[float, float, int]  # (sampling rate q, effective noise multiplier, steps)
+MAX_NOISE = 1000.0  # calibration searches effective noise multipliers in [1e-3, MAX_NOISE]
 
 
 def _event(q: float, noise: float, steps: int) -> dp_accounting.DpEvent:
@@ -39,94 +39,159 @@ def training_event(segments: Iterable[Segment]) -> dp_accounting.DpEvent:
     return dp_accounting.ComposedDpEvent(events) if events else dp_accounting.NoOpDpEvent()
 
 
-ACCOUNTANTS = ("rdp", "pld")
 PLD_DISCRETIZATION = 1e-4
 
 
-def make_accountant(kind: str = "rdp", orders: Sequence[float] = DEFAULT_ORDERS) -> dp_accounting.PrivacyAccountant:
-    """A fresh dp_accounting accountant: "rdp" (TF Privacy's orders) or "pld"."""
-    if kind == "rdp":
-        return dp_accounting.rdp.RdpAccountant(list(orders))
-    if kind == "pld":
+class Accountant:
+    """Converts composed Poisson-sampled Gaussian segments to (epsilon, delta); one per method of
+    dp_accounting (`ACCOUNTANTS`, by the name the `--accountant` flag and results.json use).
+
+    Example:
+        >>> from tfpriv.privacy import get_accountant
+        >>> rdp = get_accountant("rdp")
+        >>> round(rdp.epsilon([(0.01, 1.1, 1000)], delta=1e-5), 3)   # 1000 steps at q = 0.01, z = 1.1
+        1.712
+        >>> round(rdp.calibrate(2.0, 1e-5, q=0.01, steps=1000), 3)   # the z that spends 2.0 instead
+        1.022
+    """
+
+    name: str
+    calibration_tolerance: float
+
+    def fresh(self) -> dp_accounting.PrivacyAccountant:
+        """A new, empty dp_accounting accountant of this method."""
+        raise NotImplementedError
+
+    def _bracket(self, target_epsilon: float, delta: float, q: float, steps: int,
+                 history: Sequence[Segment]) -> tuple[float, float]:
+        """The effective noise multipliers between which calibration searches."""
+        return 1e-3, MAX_NOISE
+
+    def epsilon(self, segments: Iterable[Segment], delta: float) -> float:
+        """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
+        acc = self.fresh()
+        any_step = False
+        for q, noise, steps in segments:
+            if steps <= 0 or q <= 0:
+                continue
+            if noise <= 0:
+                return math.inf
+            try:
+                acc.compose(_event(q, noise, int(steps)))
+            except (ValueError, MemoryError, OverflowError) as exc:  # PLD: too many buckets to discretise
+                raise ConfigError(f"accountant: {self.name} cannot account noise multiplier {noise:g} at sampling "
+                                  f"rate {q:g} ({exc}); use the rdp accountant") from None
+            any_step = True
+        if not any_step:
+            return 0.0
+        return float(acc.get_epsilon(delta))
+
+    def calibrate(self, target_epsilon: float, delta: float, q: float, steps: int,
+                  history: Sequence[Segment] = ()) -> float:
+        """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
+        if steps <= 0:
+            raise ConfigError(f"target_epsilon: calibration needs at least one planned step, got {steps}")
+        spent = self.epsilon(history, delta)
+        if spent >= target_epsilon:
+            raise ConfigError(f"target_epsilon: {target_epsilon:g} is already spent by the resumed run "
+                              f"(epsilon {spent:.4g})")
+
+        def make_event(noise: float) -> dp_accounting.DpEvent:
+            return dp_accounting.ComposedDpEvent(
+                [_event(hq, hn, hs) for hq, hn, hs in history if hs > 0] + [_event(q, noise, steps)])
+
+        if self.fresh().compose(make_event(MAX_NOISE)).get_epsilon(delta) > target_epsilon:
+            raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with "
+                              f"q={q:g} over {steps} steps (even an effective noise multiplier of {MAX_NOISE:g} "
+                              "gives more)")
+        lower, upper = self._bracket(target_epsilon, delta, q, steps, history)
+        try:
+            return float(dp_accounting.calibrate_dp_mechanism(
+                self.fresh, make_event, target_epsilon, delta, dp_accounting.ExplicitBracketInterval(lower, upper),
+                tol=self.calibration_tolerance))
+        except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
+            raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
+                              f"with q={q:g} over {steps} steps ({exc})") from None
+
+    def max_steps_within(self, budget: float, delta: float, q: float, noise: float,
+                         history: Sequence[Segment] = (), limit: int = 10**9) -> int:
+        """Largest number of further steps whose composed epsilon stays <= budget (bisection)."""
+        def eps(n: int) -> float:
+            return self.epsilon(list(history) + [(q, noise, n)], delta)
+
+        if eps(1) > budget:
+            return 0
+        lo, hi = 1, 2
+        while hi < limit and eps(hi) <= budget:
+            lo, hi = hi, hi * 2
+        hi = min(hi, limit)
+        if eps(hi) <= budget:
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if eps(mid) <= budget:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def __repr__(self) -> str:
+        return f"get_accountant({self.name!r})"
+
+
+class RdpAccounting(Accountant):
+    """dp_accounting's RDP accountant at TF Privacy's orders (`DEFAULT_ORDERS`), the default: `RDP`.
+
+    Example:
+        >>> from tfpriv.privacy.accounting import RDP
+        >>> RDP.name, round(RDP.epsilon([(0.01, 1.1, 1000)], 1e-5), 3)
+        ('rdp', 1.712)
+    """
+
+    name, calibration_tolerance = "rdp", 1e-4
+
+    def fresh(self) -> dp_accounting.PrivacyAccountant:
+        return dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+
+
+class PldAccounting(Accountant):
+    """dp_accounting's privacy-loss-distribution accountant: tighter than RDP; discretised at
+    `PLD_DISCRETIZATION` with pessimistic rounding, so still an upper bound.
+
+    Example:
+        >>> from tfpriv.privacy.accounting import RDP, PldAccounting
+        >>> segments = [(0.01, 1.1, 1000)]
+        >>> PldAccounting().epsilon(segments, 1e-5) < RDP.epsilon(segments, 1e-5)
+        True
+    """
+
+    name, calibration_tolerance = "pld", 1e-3
+
+    def fresh(self) -> dp_accounting.PrivacyAccountant:
         return dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
                                                value_discretization_interval=PLD_DISCRETIZATION)
-    raise ConfigError(f"accountant: must be one of {', '.join(ACCOUNTANTS)}, got {kind!r}")
+
+    def _bracket(self, target_epsilon, delta, q, steps, history):
+        # PLD is at least as tight as RDP: the RDP noise brackets it from above.
+        upper = RDP.calibrate(target_epsilon, delta, q, steps, history)
+        return upper / 4, upper
 
 
-def epsilon_for(segments: Iterable[Segment], delta: float, orders: Sequence[float] = DEFAULT_ORDERS,
-                accountant: str = "rdp") -> float:
-    """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
-    acc = make_accountant(accountant, orders)
-    any_step = False
-    for q, noise, steps in segments:
-        if steps <= 0 or q <= 0:
-            continue
-        if noise <= 0:
-            return math.inf
-        try:
-            acc.compose(_event(q, noise, int(steps)))
-        except (ValueError, MemoryError, OverflowError) as exc:  # PLD: too many buckets to discretise
-            raise ConfigError(f"accountant: {accountant} cannot account noise multiplier {noise:g} at sampling rate "
-                              f"{q:g} ({exc}); use the rdp accountant") from None
-        any_step = True
-    if not any_step:
-        return 0.0
-    return float(acc.get_epsilon(delta))
+RDP = RdpAccounting()
+ACCOUNTANTS: dict[str, Accountant] = {"rdp": RDP, "pld": PldAccounting()}
 
 
-def calibrate_noise(target_epsilon: float, delta: float, q: float, steps: int,
-                    history: Sequence[Segment] = (), accountant: str = "rdp") -> float:
-    """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
-    if steps <= 0:
-        raise ConfigError(f"target_epsilon: calibration needs at least one planned step, got {steps}")
-    spent = epsilon_for(history, delta, accountant=accountant)
-    if spent >= target_epsilon:
-        raise ConfigError(f"target_epsilon: {target_epsilon:g} is already spent by the resumed run (epsilon {spent:.4g})")
+def get_accountant(name: str) -> Accountant:
+    """The accountant registered under `name` ("rdp" or "pld"); ConfigError naming `accountant` otherwise.
 
-    def make_event(noise: float) -> dp_accounting.DpEvent:
-        return dp_accounting.ComposedDpEvent(
-            [_event(hq, hn, hs) for hq, hn, hs in history if hs > 0] + [_event(q, noise, steps)])
-
-    def eps_at(noise: float) -> float:
-        return make_accountant(accountant).compose(make_event(noise)).get_epsilon(delta)
-
-    if eps_at(MAX_NOISE) > target_epsilon:
-        raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with q={q:g} "
-                          f"over {steps} steps (even an effective noise multiplier of {MAX_NOISE:g} gives more)")
-    lower, upper = 1e-3, MAX_NOISE
-    if accountant != "rdp":  # PLD is at least as tight as RDP: the RDP noise brackets it from above
-        upper = calibrate_noise(target_epsilon, delta, q, steps, history, "rdp")
-        lower = upper / 4
-    try:
-        return float(dp_accounting.calibrate_dp_mechanism(
-            lambda: make_accountant(accountant), make_event, target_epsilon, delta,
-            dp_accounting.ExplicitBracketInterval(lower, upper), tol=1e-4 if accountant == "rdp" else 1e-3))
-    except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
-        raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
-                          f"with q={q:g} over {steps} steps ({exc})") from None
-
-
-def max_steps_within(budget: float, delta: float, q: float, noise: float,
-                     history: Sequence[Segment] = (), limit: int = 10**9, accountant: str = "rdp") -> int:
-    """Largest number of further steps whose composed epsilon stays <= budget (bisection)."""
-    def eps(n: int) -> float:
-        return epsilon_for(list(history) + [(q, noise, n)], delta, accountant=accountant)
-
-    if eps(1) > budget:
-        return 0
-    lo, hi = 1, 2
-    while hi < limit and eps(hi) <= budget:
-        lo, hi = hi, hi * 2
-    hi = min(hi, limit)
-    if eps(hi) <= budget:
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if eps(mid) <= budget:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    Example:
+        >>> from tfpriv.privacy import get_accountant
+        >>> get_accountant("pld").name
+        'pld'
+    """
+    if name not in ACCOUNTANTS:
+        raise ConfigError(f"accountant: must be one of {', '.join(ACCOUNTANTS)}, got {name!r}")
+    return ACCOUNTANTS[name]
 
 
 class _Record(tf.train.experimental.PythonState):
@@ -153,6 +218,14 @@ class PrivacyLedger(tf.Module):
     `record` holds the finished segments and the current segment's mechanism; `steps` counts
     the current segment's steps and is incremented inside the compiled train step, once per
     private update.
+
+    Example:
+        >>> from tfpriv.privacy import PrivacyLedger, get_accountant
+        >>> ledger = PrivacyLedger()
+        >>> ledger.begin(0.01, 1.1)            # sampling rate q, effective noise multiplier
+        >>> _ = ledger.steps.assign_add(1000)  # what the train step does, once per private update
+        >>> round(ledger.epsilon(1e-5), 3), round(ledger.epsilon(1e-5, get_accountant("pld")), 3)
+        (1.712, 1.515)
     """
 
     def __init__(self, name: str = "privacy_ledger"):
@@ -194,5 +267,6 @@ class PrivacyLedger(tf.Module):
     def total_steps(self) -> int:
         return sum(s[2] for s in self.segments())
 
-    def epsilon(self, delta: float, accountant: str = "rdp") -> float:
-        return epsilon_for(self.segments(), delta, accountant=accountant)
+    def epsilon(self, delta: float, accountant: Accountant = RDP) -> float:
+        """The accountant's epsilon at `delta` for every segment recorded so far."""
+        return accountant.epsilon(self.segments(), delta)

@@ -48,6 +48,15 @@ class DPConfig:
         record is read), that the fast or per_example path's norms equal a per-example Jacobian
         computation and that sample-wise terms are local.
       seed: seed of the noise generator; None draws it from the OS.
+
+    Example:
+        DP-SGD: each example's gradient clipped at C = 1, Gaussian noise of std 1.1 * C on the sum.
+
+        >>> import tfpriv
+        >>> dp = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,
+        ...                      expected_batch_size=64, num_partitions=1)
+        >>> dp.private, dp.sensitivity(has_batch_terms=False), dp.effective_noise_multiplier(False)
+        (True, 1.0, 1.1)
     """
 
     aggregation: str = "termwise"

@@ -97,6 +97,23 @@ class DPGradientEngine:
       variables: the variables to differentiate (default: all trainable variables of roots).
       loss_rng: the generator the loss draws from (`DPModel.rng`): an example (partition) whose
         gradient is recomputed alone replays its own draws of the step from it.
+
+    Example:
+        One DP-SGD gradient of a linear model's per-example squared output (`DPModel` does this
+        in its train step):
+
+        >>> import tensorflow as tf
+        >>> from tfpriv.compat import keras
+        >>> from tfpriv.privacy import DPConfig, DPGradientEngine, LossTerms, TermSpec
+        >>> model = keras.Sequential([keras.layers.Input([3]), keras.layers.Dense(1)])
+        >>> config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=4,
+        ...                   num_partitions=1, seed=0)
+        >>> engine = DPGradientEngine(config, model, TermSpec(sample=("square",)))
+        >>> def loss_fn(x, layout):
+        ...     return LossTerms(sample={"square": tf.reduce_sum(tf.square(model(x)), axis=1)})
+        >>> grads, logs = engine.gradients(loss_fn, tf.ones([4, 3]))
+        >>> [g.shape.as_list() for g in grads]
+        [[3, 1], [1]]
     """
 
     def __init__(self, config: DPConfig, roots: tf.Module | Sequence[tf.Module], spec: TermSpec,

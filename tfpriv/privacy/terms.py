@@ -15,7 +15,15 @@ import tensorflow as tf
 
 @dataclasses.dataclass(frozen=True)
 class TermSpec:
-    """Names of a model's loss terms, known before training (the accountant needs them)."""
+    """Names of a model's loss terms, known before training (the accountant needs them).
+
+    Example:
+        A VAE with a per-example ELBO and a batch-wise MMD term (sensitivity by `DPConfig`):
+
+        >>> from tfpriv.privacy import TermSpec
+        >>> TermSpec(sample=("nll", "kld"), batch=("mmd",)).has_batch_terms
+        True
+    """
 
     sample: tuple[str, ...]
     batch: tuple[str, ...] = ()
@@ -31,6 +39,13 @@ class LossTerms:
 
     sample: name -> [B] per-example values (already weighted, e.g. beta * kld).
     batch: name -> [P] per-partition values (already weighted, e.g. alpha * mmd).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from tfpriv.privacy import LossTerms
+        >>> terms = LossTerms(sample={"nll": tf.constant([1.0, 2.0]), "kld": tf.constant([0.5, 0.5])})
+        >>> terms.sample_total().numpy().tolist(), terms.batch_total(1).numpy().tolist()
+        ([1.5, 2.5], [0.0])
     """
 
     sample: Mapping[str, tf.Tensor]
@@ -54,6 +69,13 @@ class BatchLayout:
     one example changes exactly one partition (the property the sensitivity analysis
     needs; assignment by position after a shuffle would move many examples).
     `num_partitions=0` puts every example in a partition of its own.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from tfpriv.privacy import BatchLayout
+        >>> layout = BatchLayout(tf.constant([0, 1, 0]), 2)   # examples 0 and 2 in partition 0
+        >>> layout.counts.numpy().tolist(), layout.gather(tf.constant([10, 20, 30])).numpy().tolist()
+        ([2, 1], [[10, 30], [20, 0]])
     """
 
     def __init__(self, partition_ids: tf.Tensor, num_partitions: tf.Tensor):

@@ -12,9 +12,9 @@ and Theorem 6 the Poisson distribution with mean μ: ε'(λ) = ε(λ) + μ·δ̂
 trial is (ε̂, δ̂)-DP with e^ε̂ = 1 + 1/(λ − 1). dp_accounting 0.4.3 (the version TF Privacy 0.9.0
 pins) implements both as `RepeatAndSelectDpEvent(event, mean, shape)` in its RDP accountant; this
 module supplies the trial-count distributions (the tuner must *draw* K: a fixed number of trials
-does not satisfy the theorems) and the job's epsilon next to naive composition over the trials.
-The guarantee needs every trial to be the same mechanism (same event) or a mechanism no less
-private; the job's epsilon is computed for the least private trial's event.
+does not satisfy the theorems) and the cost of capping K; the tuner (`tfpriv.training.tuner`)
+computes the job's epsilon from the RDP curve of the least private trial. The guarantee needs
+every trial to be the same mechanism (same event) or a mechanism no less private.
 
 A cap on the number of trials (run min(K, cap) trials) is not one of the theorems' distributions.
 It is accounted exactly as a change of δ: run the capped and the uncapped job with the same K and
@@ -28,7 +28,6 @@ import dataclasses
 import math
 from typing import Sequence
 
-import dp_accounting
 import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
@@ -90,24 +89,6 @@ class TrialCount:
             k = int(rng.negative_binomial(self.dp_shape, gamma))
             if k >= 1:
                 return k
-
-
-def job_epsilon(trial: dp_accounting.DpEvent, count: TrialCount, delta: float,
-                orders: Sequence[float] = DEFAULT_ORDERS) -> float:
-    """(ε at δ) of the whole tuning job: K ~ `count` trials of `trial`, only the best released."""
-    accountant = dp_accounting.rdp.RdpAccountant(list(orders))
-    accountant.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(trial, count.mean, count.dp_shape))
-    return float(accountant.get_epsilon(delta))
-
-
-def naive_epsilon(trial: dp_accounting.DpEvent, trials: int, delta: float,
-                  orders: Sequence[float] = DEFAULT_ORDERS) -> float:
-    """(ε at δ) of composing `trials` trials (every trial's model released): for comparison."""
-    if trials <= 0:
-        return 0.0
-    accountant = dp_accounting.rdp.RdpAccountant(list(orders))
-    accountant.compose(dp_accounting.SelfComposedDpEvent(trial, int(trials)))
-    return float(accountant.get_epsilon(delta))
 
 
 # Fractions of the job's δ tried for the uncapped bound; the rest pays for P(K > cap).

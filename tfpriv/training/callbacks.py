@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import keras
-from tfpriv.privacy.accounting import PrivacyLedger, epsilon_for, max_steps_within
+from tfpriv.privacy.accounting import RDP, Accountant, PrivacyLedger
 
 
 class PrivacyCallback(keras.callbacks.Callback):
@@ -17,7 +17,7 @@ class PrivacyCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, ledger: PrivacyLedger, delta: float, sampling_rate: float, noise: float,
-                 max_epsilon: float | None = None, accountant: str = "rdp", announce: bool = True):
+                 max_epsilon: float | None = None, accountant: Accountant = RDP, announce: bool = True):
         super().__init__()
         self.announce = announce  # print `stopped_message` after a budget stop (the CLI prints its own)
         self.ledger, self.delta, self.accountant = ledger, delta, accountant
@@ -27,8 +27,8 @@ class PrivacyCallback(keras.callbacks.Callback):
         self.allowed: int | None = None
         self.budget_reached = False
         if max_epsilon is not None:
-            self.allowed = max_steps_within(max_epsilon, delta, sampling_rate, noise, history=ledger.segments(),
-                                            accountant=accountant)
+            self.allowed = accountant.max_steps_within(max_epsilon, delta, sampling_rate, noise,
+                                                       history=ledger.segments())
             self.budget_reached = self.allowed == 0
         self.start_steps = int(ledger.steps.numpy())
 
@@ -61,8 +61,7 @@ class PrivacyCallback(keras.callbacks.Callback):
 
     def exhausted_message(self) -> str:
         """Why no step may be taken: the budget, what one more step would spend, what was spent."""
-        next_eps = epsilon_for(self.ledger.segments() + [(self.q, self.noise, 1)], self.delta,
-                               accountant=self.accountant)
+        next_eps = self.accountant.epsilon(self.ledger.segments() + [(self.q, self.noise, 1)], self.delta)
         return (f"max_epsilon={self.max_epsilon:g}: no further step fits in the budget: one more step would reach "
                 f"epsilon = {next_eps:.4g} (sampling rate {self.q:.4g}, noise multiplier {self.noise:.4g}); "
                 f"spent so far: {self._spent()}. Raise max_epsilon or the noise multiplier")

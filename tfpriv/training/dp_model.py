@@ -25,7 +25,7 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.data.sampling import make_dataset, new_sampling_seed
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import PrivacyLedger, make_accountant
+from tfpriv.privacy.accounting import PrivacyLedger, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine, public_batch
 from tfpriv.privacy.rng import in_step, stream_generator
@@ -99,7 +99,7 @@ class DPTraining:
         rate q = dp.expected_batch_size / N is what the accountant composes); `delta` defaults to
         the power of ten below min(1/N, 1e-5); `max_epsilon` stops training before exceeding it;
         `accountant`: "rdp" or "pld" (dp_accounting), how epsilon is computed from the ledger."""
-        make_accountant(accountant)  # validates the name
+        resolved = get_accountant(accountant)  # ConfigError naming `accountant` for an unknown name
         super().compile(optimizer=optimizer, **kwargs)
         dp = dp if dp is not None else NON_PRIVATE
         if dp.private:
@@ -120,7 +120,7 @@ class DPTraining:
         object.__setattr__(self, "num_examples", num_examples)
         object.__setattr__(self, "delta", delta)
         object.__setattr__(self, "max_epsilon", max_epsilon)
-        object.__setattr__(self, "accountant", accountant)
+        object.__setattr__(self, "accountant", resolved)
         object.__setattr__(self, "engine", None)
         with self.distribute_strategy.scope():
             object.__setattr__(self, "rng", stream_generator(dp.seed, "loss"))
@@ -271,7 +271,26 @@ class DPTraining:
 
 
 class DPModel(DPTraining, keras.Model):
-    """Base class for models trained through `tfpriv.privacy` (a Keras 2 model; see `DPTraining`)."""
+    """Base class for models trained through `tfpriv.privacy`: a family implements `term_spec()` and
+    `loss_terms(x, layout, training)`; `compile(dp=...)` and `fit` privatize its gradient and
+    account its steps (`epsilon()`, `history.history["epsilon"]`).
+
+    Example:
+        The VAE family is a `DPModel`:
+
+        >>> import numpy as np
+        >>> import tfpriv
+        >>> from tfpriv.models.architectures import build_architecture
+        >>> from tfpriv.models.vae import VAE
+        >>> vae = VAE(*build_architecture("mlp", [12], 3))
+        >>> vae.compile("adam", dp=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,
+        ...                                        expected_batch_size=8, num_partitions=1),
+        ...             num_examples=64, delta=1e-3)
+        >>> x = (np.random.default_rng(0).random((64, 12)) > 0.5).astype("float32")
+        >>> history = vae.fit(x, epochs=1, verbose=0, seed=0)  # Poisson batches of expected size 8
+        >>> vae.ledger.total_steps, round(vae.epsilon(), 2)
+        (8, 1.94)
+    """
 
 
 def _is_arrays(x) -> bool:

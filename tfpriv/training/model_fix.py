@@ -60,7 +60,15 @@ def _problem(layer: Layer) -> str | None:
 def validate_model(model: keras.Model) -> list[str]:
     """The reasons `model` cannot be trained with per-example clipping, one per problem, each naming
     its layer (empty: none found). The engine's first-batch check (`DPGradientEngine.verify`)
-    remains the final word: it also catches what no layer type reveals (e.g. a loss mixing examples)."""
+    remains the final word: it also catches what no layer type reveals (e.g. a loss mixing examples).
+
+    Example:
+        >>> import tfpriv
+        >>> from tfpriv.compat import keras
+        >>> model = keras.Sequential([keras.layers.Input([8, 8, 3]), keras.layers.Conv2D(4, 3),
+        ...                           keras.layers.BatchNormalization(), keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> len(tfpriv.validate_model(model)), tfpriv.validate_model(tfpriv.fix_model(model))
+        (1, [])"""
     problems = [f"{layer.name}: {why}" for layer in _layers(model) if (why := _problem(layer)) is not None]
     try:
         require_layer_owned([model], model.trainable_variables)
@@ -111,6 +119,14 @@ def fix_model(model: keras.Model) -> keras.Model:
     initializers), not its learnt scale and shift, and no moving statistics are kept. Every other
     layer keeps its weights (copied: training the fixed model leaves `model` as it was). `model`
     itself is returned when it has nothing to replace.
+
+    Example:
+        >>> import tfpriv
+        >>> from tfpriv.compat import keras
+        >>> model = keras.Sequential([keras.layers.Input([8, 8, 3]), keras.layers.Conv2D(4, 3),
+        ...                           keras.layers.BatchNormalization(), keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> [type(layer).__name__ for layer in tfpriv.fix_model(model).layers]
+        ['Conv2D', 'GroupNormalization', 'Flatten', 'Dense']
     """
     if not any(_is_batch_norm(layer) and layer.trainable for layer in _layers(model)):
         fixed = model

@@ -134,7 +134,19 @@ class PrivateTraining(DPTraining):
 
 
 class PrivateModel(PrivateTraining, DPModel):
-    """`PrivateTraining` for a Keras 2 (tf-keras) model."""
+    """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y). Made by
+    `make_private`, which also checks the settings and calibrates the noise.
+
+    Example:
+        >>> import tfpriv
+        >>> from tfpriv.compat import keras
+        >>> model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)])
+        >>> dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy",
+        ...                                tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
+        ...                                num_examples=256, batch_size=32, delta=1e-3)
+        >>> isinstance(dp_model, tfpriv.PrivateModel), dp_model.model is model
+        (True, True)
+    """
 
 
 def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss, bool]:
@@ -253,6 +265,21 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
 
     With `target_epsilon` (and `epochs`) the noise multiplier is calibrated by the RDP accountant
     for that many epochs of Poisson-sampled steps instead of taken from `config`.
+
+    Example:
+        >>> import numpy as np
+        >>> import tfpriv
+        >>> from tfpriv.compat import keras
+        >>> x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32")
+        >>> y = (x[:, 0] > 0).astype("int32")
+        >>> model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)])
+        >>> dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...                                tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0),
+        ...                                num_examples=256, batch_size=32, delta=1e-3, target_epsilon=2.0, epochs=2)
+        >>> dp_model.compile(keras.optimizers.SGD(0.1), metrics=["accuracy"])
+        >>> history = dp_model.fit(x, y, epochs=2, verbose=0, seed=0)
+        >>> history.history["epsilon"][-1] <= 2.0
+        True
     """
     from tfpriv.training.runner import plan_privacy
     if not config.private:

@@ -22,7 +22,7 @@ from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_d
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
-from tfpriv.privacy.accounting import PrivacyLedger, Segment, calibrate_noise, epsilon_for, make_accountant
+from tfpriv.privacy.accounting import RDP, Accountant, PrivacyLedger, Segment, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.run_folder import CHECKPOINTS_DIR, LOGS_DIR, PRIVACY_PLAN_FILE
@@ -30,8 +30,25 @@ from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
 
 
+__all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger"]
+
 @dataclasses.dataclass(frozen=True)
 class PrivacyPlan:
+    """What a private run will do and spend: the checked settings (`config`, with the calibrated noise
+    when a target epsilon is given), the sampling, the planned steps, delta, the accountant and the
+    ledger it continues. Made by `plan_privacy`; `fit_private` trains under it; `summary()` is what
+    `privacy_plan.json` records.
+
+    Example:
+        >>> import tfpriv
+        >>> from tfpriv.privacy import TermSpec
+        >>> from tfpriv.training.runner import plan_privacy
+        >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
+        ...                     TermSpec(sample=("loss",)), num_examples=60000, batch_size=256, epochs=1)
+        >>> plan.summary()["accountant"], plan.summary()["sampling_rate"] == 256 / 60000
+        ('rdp', True)
+    """
+
     config: DPConfig
     has_batch_terms: bool
     num_examples: int
@@ -44,7 +61,7 @@ class PrivacyPlan:
     target_epsilon: float | None
     max_epsilon: float | None
     history: tuple[Segment, ...] = ()  # the ledger of the run this plan continues
-    accountant: str = "rdp"  # how epsilon is computed from the events: "rdp" or "pld"
+    accountant: Accountant = RDP  # how epsilon is computed from the events
 
     @property
     def steps_taken(self) -> int:
@@ -78,12 +95,12 @@ class PrivacyPlan:
             "num_examples": self.num_examples,
             "delta": self.delta,
             "target_epsilon": self.target_epsilon,
-            "accountant": self.accountant,
+            "accountant": self.accountant.name,
             "max_epsilon": self.max_epsilon,
         }
         if self.history:
             out["resumed_from"] = {"steps": self.steps_taken,
-                                   "epsilon": epsilon_for(self.history, self.delta, accountant=self.accountant),
+                                   "epsilon": self.accountant.epsilon(self.history, self.delta),
                                    "segments": [list(seg) for seg in self.history]}
         if self.sampling == "shuffle" and cfg.private:
             out["epsilon_caveat"] = SHUFFLE_CAVEAT
@@ -98,7 +115,20 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
 
     `history`: the ledger segments of the run being resumed (`read_ledger(output_dir)`). With a
     target epsilon the noise is calibrated so that history + the remaining planned steps end at
-    the target, not the planned steps alone (which would overshoot it).
+    the target, not the planned steps alone (which would overshoot it). `accountant`: "rdp" or "pld"
+    (`tfpriv.privacy.get_accountant`).
+
+    Example:
+        The noise multiplier for epsilon = 2 at delta = 1e-5 over 3 epochs of Poisson batches of
+        expected size 256 from 60,000 examples:
+
+        >>> import tfpriv
+        >>> from tfpriv.privacy import TermSpec
+        >>> from tfpriv.training.runner import plan_privacy
+        >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0), TermSpec(sample=("loss",)),
+        ...                     num_examples=60000, batch_size=256, epochs=3, delta=1e-5, target_epsilon=2.0)
+        >>> plan.planned_steps, round(plan.config.noise_multiplier, 3)
+        (702, 0.781)
     """
     if epochs < 1:
         raise ConfigError(f"epochs: must be >= 1, got {epochs}")
@@ -118,9 +148,8 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
         cap = batch_size if sampling == "shuffle" else default_max_batch_size(num_examples, q)
         config = config.replace(max_batch_size=min(cap, num_examples))
     config.sensitivity(has_batch)  # raises for configurations that cannot be accounted
-    make_accountant(accountant)  # validates the name
     plan = PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
-                       delta, target_epsilon, max_epsilon, accountant=accountant)
+                       delta, target_epsilon, max_epsilon, accountant=get_accountant(accountant))
     return continue_plan(plan, history)
 
 
@@ -131,15 +160,24 @@ def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
     if config.private and plan.target_epsilon is not None and remaining > 0:
-        effective = calibrate_noise(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining, history,
-                                    plan.accountant)
+        effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining,
+                                              history)
         plan = dataclasses.replace(plan, config=config.replace(
             noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
     return plan
 
 
 def read_ledger(output_dir: str) -> list[Segment]:
-    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run)."""
+    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run): the (sampling
+    rate, effective noise multiplier, steps) segments a resumed run continues (`plan_privacy`'s
+    `history`).
+
+    Example:
+        >>> import tempfile
+        >>> from tfpriv.training.runner import read_ledger
+        >>> read_ledger(tempfile.mkdtemp())
+        []
+    """
     latest = tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINTS_DIR))
     if latest is None:
         return []
@@ -182,13 +220,30 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     `privacy_plan.json`, checkpoints (model, optimizers, ledger, RNG streams, sampler seed,
     epoch) after every epoch and TensorBoard logs. A stop at `plan.max_epsilon` prints one line
     (ε spent, steps) unless `announce_budget_stop` is False (the command line prints its own).
+    Returns the run's record: `epsilon`, `steps`, `history` (per-epoch logs), `resumed`, ...
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> import tfpriv
+        >>> from tfpriv.compat import keras
+        >>> from tfpriv.models.architectures import build_architecture
+        >>> from tfpriv.models.vae import VAE
+        >>> from tfpriv.training.runner import fit_private, plan_privacy
+        >>> vae = VAE(*build_architecture("mlp", [12], 3))
+        >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,
+        ...                                     num_partitions=1), vae.term_spec(), 64, 8, 1, delta=1e-3)
+        >>> x = (np.random.default_rng(0).random((64, 12)) > 0.5).astype("float32")
+        >>> out = fit_private(vae, x, plan, keras.optimizers.Adam(1e-2), tempfile.mkdtemp(), seed=0, verbose=0)
+        >>> out["steps"], round(out["epsilon"], 2)
+        (8, 1.94)
     """
     history = read_ledger(output_dir)
     if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
         plan = continue_plan(plan, history)
     optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
     model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
-                  max_epsilon=plan.max_epsilon, accountant=plan.accountant)
+                  max_epsilon=plan.max_epsilon, accountant=plan.accountant.name)
     probe, _, _ = make_dataset(arrays, plan.batch_size, plan.sampling, 0)
     engine = model.prepare(next(iter(probe)))
     state = RunState(new_sampling_seed() if seed is None else seed)

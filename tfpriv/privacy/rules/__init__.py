@@ -39,7 +39,22 @@ def rule_for(layer: Layer) -> LayerRule:
 
 
 def register(rule: LayerRule) -> None:
-    """Adds a rule ahead of the built-in ones (for user layers)."""
+    """Adds a rule ahead of the built-in ones (for user layers).
+
+    Example:
+        A user layer that computes like Dense reuses Dense's ghost-norm rule:
+
+            from tfpriv.privacy import register
+            from tfpriv.privacy.rules import DenseRule
+
+            class ScaledDenseRule(DenseRule):
+                name = "scaled_dense"
+
+                def supports(self, layer):
+                    return isinstance(layer, ScaledDense)   # the user's Dense subclass
+
+            register(ScaledDenseRule())
+    """
     REGISTRY.insert(0, rule)
 
 

@@ -34,7 +34,17 @@ class Tap:
 
 
 class LayerRule:
-    """Base class: how to run a layer so that its per-example gradients are recoverable."""
+    """Base class: how to run a layer so that its per-example gradients are recoverable. Layers
+    without a rule fall back to per-example gradients of the layer alone (`PerLayerFallback`).
+
+    Example:
+        The rule the engine uses for a layer (`tfpriv.privacy.register` adds one):
+
+        >>> from tfpriv.compat import keras
+        >>> from tfpriv.privacy.rules import rule_for
+        >>> rule_for(keras.layers.Dense(2)).name, rule_for(keras.layers.LayerNormalization()).name
+        ('dense', 'per_layer')
+    """
 
     name = "base"
 
