@@ -51,7 +51,7 @@ class DPConfig:
         output gradients) or `reweight` (a second backward pass of the reweighted loss).
       verify: check once, before training and on a public batch shaped like the first one (no
         record is read), that the fast or per_example path's norms equal a per-example Jacobian
-        computation and that sample-wise terms are local.
+        computation and that sample-wise terms are local (`auto` always checks: it chooses by it).
       seed: seed of the noise generator; None draws it from the OS.
     """
 
