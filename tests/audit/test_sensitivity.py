@@ -46,8 +46,9 @@ def test_make_private_added_example_moves_the_sum_by_c():
 
 @pytest.mark.parametrize("model", TEXT_MODELS)
 def test_token_classifiers_added_example_moves_the_sum_by_c(model):
-    """Embedding (repeated token ids), attention and LayerNorm on the fast path: every example clipped, an
-    added one moves the sum by exactly C (an underestimated norm would move it by more, ratio > 1)."""
+    """Embedding (repeated token ids), attention and LayerNorm, an LSTM (per-layer fallback) on the fast path:
+    every example clipped, an added one moves the sum by exactly C (an underestimated norm would move it by
+    more, ratio > 1)."""
     result = run_case(Case(model, "micro"), clips={"l2_norm_clip": 1e-3}, **FAST)
     assert result["declared_sensitivity"] == 1.0
     assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE)

@@ -36,7 +36,7 @@ def _parsed():
     ("dpwgan_gp", {"lr_schedule": "step"}, "--lr_schedule: must be constant or cosine, got 'step'"),
     ("dpwgan_gp", {"clipping": "fast"}, "--clipping: fast (ghost-norm) clipping is not exact"),
     ("dpwgan_gp", {"aggregation": "termwise"}, "--aggregation: must be micro (per-example clipping of the critic)"),
-    ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of fast, vectorized, per_example, got 'vmap'"),
+    ("dpwgan_gp", {"clipping": "vmap"}, "--clipping: must be one of auto, fast, vectorized, per_example, got 'vmap'"),
     ("dpwgan_gp", {"num_samples": 0}, "--num_samples: must be >= 10, got 0"),
     ("dpwgan_gp", {"dataset": "adult"}, "--dataset: must be one of mnist, fashion_mnist"),
     ("dpgan", {"epsilon": 3.0, "noise_multiplier": 1.0}, "--noise_multiplier: cannot be combined with --epsilon"),

@@ -167,7 +167,7 @@ class _RawVariableModel(keras.Model):
         return self.dense(x) * self.scale
 
 
-@pytest.mark.parametrize("clipping", ["fast", "per_example"])
+@pytest.mark.parametrize("clipping", ["fast", "per_example", "auto"])
 def test_engine_refuses_variables_outside_layers(clipping):
     model = _RawVariableModel()
     model(tf.zeros([1, 4]))
@@ -202,11 +202,63 @@ def test_verify_refuses_double_backprop_and_vectorized_path_is_exact_for_it():
 
     x = tf.random.stateless_normal([6, 7], seed=[17, 18])
     with pytest.raises(ConfigError, match="not exact"):
-        make_engine(model, spec=spec, aggregation="micro").verify(penalty, x)
+        make_engine(model, spec=spec, aggregation="micro", clipping="fast").verify(penalty, x)
     engine = make_engine(model, spec=spec, aggregation="micro", clipping="vectorized", l2_norm_clip=0.1)
     out = engine.clipped_sums(penalty, x)
     g = ref.per_example_sample_grads(penalty, x, engine.variables)
     assert rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.1) for v in g)) < RTOL
+
+
+def _penalty_loss(model):
+    """A gradient penalty: differentiates through the model twice (fast clipping is not exact)."""
+    def penalty(x, layout):
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            out = tf.reduce_sum(model(x), axis=1)
+        return LossTerms({"gp": tf.square(tf.norm(inner.gradient(out, x), axis=1) - 1.0)})
+    return penalty
+
+
+def test_auto_keeps_fast_per_layer_and_prints_each_layers_path_once(capsys):
+    model = models.conv_model()
+    loss_fn = models.make_loss_fn(model)
+    x = tf.random.stateless_normal([6, 6, 6, 2], seed=[5, 6])
+    auto, fast = make_engine(model, clipping="auto"), make_engine(model, clipping="fast")
+    auto.verify(loss_fn, x)
+    weighted = [layer for layer in model.layers if layer.trainable_weights]
+    ruled = ", ".join(layer.name for layer in weighted if not isinstance(layer, keras.layers.PReLU))
+    prelu = next(layer.name for layer in weighted if isinstance(layer, keras.layers.PReLU))
+    assert capsys.readouterr().out == f"tfpriv: clipping auto: fast for {ruled}; per-example (vectorized) for {prelu}\n"
+    assert (auto.clipping, auto.per_example) == ("fast", False)
+    layout = BatchLayout(tf.range(6) % 3, 3)
+    out, expected = auto.clipped_sums(loss_fn, x, layout), fast.clipped_sums(loss_fn, x, layout)
+    for key in ("sample", "batch"):
+        assert rel_err(ref.flat(out[key]), ref.flat(expected[key])) < 1e-6
+    assert capsys.readouterr().out == ""  # only verify reports the paths
+
+
+def test_auto_switches_to_per_example_where_fast_is_not_exact(capsys):
+    model = models.mlp_model()
+    penalty = _penalty_loss(model)
+    x = tf.random.stateless_normal([6, 7], seed=[17, 18])
+    engine = make_engine(model, spec=TermSpec(sample=("gp",)), aggregation="micro", l2_norm_clip=0.1)
+    engine.verify(penalty, x)
+    assert capsys.readouterr().out.startswith("tfpriv: clipping auto: per-example (vectorized) for the whole model "
+                                              "(fast is not exact")
+    assert (engine.clipping, engine.recorder, engine.per_example) == ("per_example", None, True)
+    out = engine.clipped_sums(penalty, x)
+    g = ref.per_example_sample_grads(penalty, x, engine.variables)
+    assert rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.1) for v in g)) < RTOL
+
+
+def test_auto_refuses_a_cross_example_layer_naming_it():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input([7]), keras.layers.Dense(4), keras.layers.BatchNormalization(name="bn"),
+                              keras.layers.Dense(2)])
+    with pytest.raises(ConfigError, match=r"^DP engine: clipping='auto' finds no exact path for this model: bn: "
+                                          r"BatchNormalization .*tfpriv\.fix_model\(model\)") as refused:
+        make_engine(model, spec=models.SAMPLE_ONLY, aggregation="micro")
+    assert "\n" not in str(refused.value)
 
 
 def test_verify_accepts_the_supported_layers():

@@ -228,5 +228,5 @@ def test_verify_refuses_cross_example_sample_terms():
 
 
 def test_unknown_clipping_names_the_options():
-    with pytest.raises(ConfigError, match="^clipping: must be one of fast, vectorized, per_example, got 'vmap'"):
+    with pytest.raises(ConfigError, match="^clipping: must be one of auto, fast, vectorized, per_example, got 'vmap'"):
         DPConfig(clipping="vmap")

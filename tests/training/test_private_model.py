@@ -8,6 +8,7 @@ from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.terms import BatchLayout
+from tests.privacy import reference as ref
 
 N, B = 256, 32
 
@@ -212,7 +213,7 @@ def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
     assert np.isfinite(history.history["loss"][0])
 
 
-@pytest.mark.parametrize("clipping", CLIPPINGS)
+@pytest.mark.parametrize("clipping", CLIPPINGS + ["auto"])
 def test_text_classifier_with_lstm_trains(clipping):
     """Embedding -> LSTM -> Dense (issue 34): fast clipping was refused, per_example crashed in pfor."""
     L = keras.layers
@@ -227,3 +228,64 @@ def test_text_classifier_with_lstm_trains(clipping):
     history = dp_model.fit(x, y, epochs=1, verbose=0)
     assert history.history["epsilon"][-1] == pytest.approx(RDP.epsilon([(16 / 32, 1.1, 2)], 1e-5))
     assert 0 <= history.history["accuracy"][-1] <= 1
+
+
+# -- clipping="auto" (issue 34, item 4) ---------------------------------------------------------------
+
+def _prepared(model, clipping: str, batch, clip: float = 0.5):
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0, clipping=clipping)
+    dp_model = tfpriv.make_private(model, LOSS, config, num_examples=N, batch_size=B)
+    dp_model.compile(optimizer="adam")
+    dp_model.prepare(batch)
+    return dp_model
+
+
+def _clipped_sum(dp_model, batch):
+    return ref.flat(dp_model.engine.clipped_sums(dp_model.loss_fn, dp_model.private_inputs(batch))["sample"])
+
+
+def test_auto_is_the_default_and_equals_fast_on_a_dense_conv_model(capsys):
+    assert tfpriv.DPConfig().clipping == "auto"
+    keras.utils.set_random_seed(0)
+    model = _convnet()
+    x, y = _data([8, 8, 1])
+    batch = (tf.constant(x[:8]), tf.constant(y[:8]))
+    auto = _prepared(model, "auto", batch)
+    conv, dense = (layer.name for layer in model.layers if layer.trainable_weights)
+    assert capsys.readouterr().out == f"tfpriv: clipping auto: fast for {conv}, {dense}\n"
+    assert auto.engine.clipping == "fast"
+    np.testing.assert_allclose(_clipped_sum(auto, batch), _clipped_sum(_prepared(model, "fast", batch), batch),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_auto_on_embedding_lstm_equals_the_naive_per_example_loop(capsys):
+    L = keras.layers
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8), L.Dense(3)])
+    rng = np.random.default_rng(0)
+    x, y = tf.constant(rng.integers(0, 50, (5, 6)), tf.int32), tf.constant(rng.integers(0, 3, 5))
+    dp_model = _prepared(model, "auto", (x, y), clip=0.3)
+    embedding, lstm, dense = (layer.name for layer in model.layers)
+    line = capsys.readouterr().out
+    assert line.startswith(f"tfpriv: clipping auto: fast for {embedding}, {dense}; per-example (")
+    assert line.endswith(f") for {lstm}\n") and line.count("\n") == 1
+    expected = 0.0
+    for i in range(5):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(LOSS(y[i:i + 1], model(x[i:i + 1], training=True)))
+        g = ref.flat(tape.gradient(loss, model.trainable_variables))
+        expected = expected + g * min(1.0, 0.3 / np.linalg.norm(g))
+    np.testing.assert_allclose(_clipped_sum(dp_model, (x, y)), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_auto_refuses_batch_normalization_in_one_line_naming_the_layer_and_fix_model():
+    L = keras.layers
+    model = keras.Sequential([L.Input([8, 8, 1]), L.Conv2D(4, 3), L.BatchNormalization(name="bn"), L.Flatten(),
+                              L.Dense(2)])
+    x, y = _data([8, 8, 1])
+    dp_model = tfpriv.make_private(model, LOSS, tfpriv.DPConfig(aggregation="micro"), num_examples=N, batch_size=B)
+    dp_model.compile(optimizer="adam")
+    with pytest.raises(ConfigError, match=r"^DP engine: clipping='auto' finds no exact path for this model: bn: "
+                                          r"BatchNormalization .*tfpriv\.fix_model\(model\)") as refused:
+        dp_model.fit(x, y, epochs=1, verbose=0)
+    assert "\n" not in str(refused.value)

@@ -6,9 +6,10 @@ Models (tiny, deterministic from a seed):
   * DP-WGAN-GP critic: `make_dpwgan_gp` at a tiny capacity, micro (the only private GAN mode),
     clipping per_example (the gradient penalty is second order), optionally class-conditional;
   * `make_private` on a linear softmax classifier (DP-SGD on a per-example loss);
-  * `make_private` on token classifiers: Embedding -> pooled Dense ("embedding"), and a
+  * `make_private` on token classifiers: Embedding -> pooled Dense ("embedding"), a
     transformer block, Embedding -> self-attention + residual -> LayerNorm -> pooled Dense
-    ("transformer"), on the digits quantised to tokens (`TEXT_MODELS`).
+    ("transformer"), and Embedding -> LSTM -> Dense ("lstm": the RNN as one unit of the per-layer
+    fallback), on the digits quantised to tokens (`TEXT_MODELS`).
 Modes: micro (with a batch-wise term: max_batch_size = B + 1, so every neighbour is below the cap;
 and "micro_cap", max_batch_size = B, so an added example crosses the cap and the batch is
 skipped), batch, termwise b = 2, 4 and singleton partitions (b = 0).
@@ -156,8 +157,9 @@ def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: floa
                                num_examples=1000, batch_size=batch_size)
 
 
-# -- token classifiers (the Embedding, EinsumDense/MultiHeadAttention and LayerNormalization rules) --
-TEXT_MODELS = ("embedding", "transformer")
+# -- token classifiers (the Embedding, EinsumDense/MultiHeadAttention and LayerNormalization rules,
+# the per-layer fallback of an RNN) --
+TEXT_MODELS = ("embedding", "transformer", "lstm")
 VOCAB = 10  # = the digits' classes, so the audit's flipped examples ((id + 1) mod 10) stay in the vocabulary
 
 
@@ -175,9 +177,13 @@ def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 
     keras.utils.set_random_seed(seed)
     tokens = L.Input([length], dtype=tf.int32)
     h = L.Embedding(VOCAB, 8)(tokens)
-    if kind == "transformer":
-        h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
-    keras_model = keras.Model(tokens, L.Dense(num_classes)(L.GlobalAveragePooling1D()(h)))
+    if kind == "lstm":
+        h = L.LSTM(8)(h)
+    else:
+        if kind == "transformer":
+            h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
+        h = L.GlobalAveragePooling1D()(h)
+    keras_model = keras.Model(tokens, L.Dense(num_classes)(h))
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     config = DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0)
     return make_private(keras_model, loss, config, num_examples=1000, batch_size=batch_size)
@@ -224,7 +230,9 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     elif case.model in TEXT_MODELS:
         tokens = digit_tokens(images)
         model = build_text_classifier(case.model, tokens.shape[1], 10, seed=seed, batch_size=batch_size)
-        x, kwargs = (tokens, labels), {"num_classes": VOCAB}
+        # The LSTM's per-example gradients trace `map_examples` at every eager call: its sums are
+        # evaluated in one tf.function (the loss draws no random numbers).
+        x, kwargs = (tokens, labels), {"num_classes": VOCAB, "graph": case.model == "lstm"}
     else:
         raise ValueError(f"case.model: unknown model {case.model!r}")
     # Reproducible loss randomness (a GAN's fakes, the VAE's draws while the clips are set).

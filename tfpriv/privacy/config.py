@@ -12,7 +12,7 @@ import math
 from tfpriv.errors import ConfigError
 
 AGGREGATIONS = ("none", "micro", "batch", "termwise")
-CLIPPING_METHODS = ("fast", "vectorized", "per_example")
+CLIPPING_METHODS = ("auto", "fast", "vectorized", "per_example")
 CLIPPED_SUM_METHODS = ("bookkeeping", "reweight")
 SINGLETON_PARTITIONS = 0  # `num_partitions=0`: every example is its own partition.
 
@@ -35,7 +35,12 @@ class DPConfig:
         realised batch size, which is data-dependent under Poisson sampling).
       max_batch_size: `micro` with batch-wise terms only: batches larger than this are
         skipped (noise only), which bounds the sensitivity by (2*max_batch_size - 1) * C.
-      clipping: how per-example (per-partition) gradients are obtained. `fast`: ghost norms +
+      clipping: how per-example (per-partition) gradients are obtained. `auto` (the default): the
+        fastest exact path, checked before training whatever `verify` says: `fast` (per layer: its
+        ghost-norm rule, else per-example gradients of that layer alone, vectorized or one example
+        after another), or `per_example` where the check finds `fast` not exact; it prints one line
+        saying which path each layer takes and refuses, naming the layer, a model no path makes
+        exact (BatchNormalization, stateful RNNs, variables no layer owns). `fast`: ghost norms +
         per-layer rules, vectorised fallback per layer; exact only for losses that
         differentiate through the model once. `per_example`: each example's loss evaluated
         as a batch of one and differentiated under `tf.vectorized_map` (O(B) work, exact for
@@ -46,7 +51,7 @@ class DPConfig:
         output gradients) or `reweight` (a second backward pass of the reweighted loss).
       verify: check once, before training and on a public batch shaped like the first one (no
         record is read), that the fast or per_example path's norms equal a per-example Jacobian
-        computation and that sample-wise terms are local.
+        computation and that sample-wise terms are local (`auto` always checks: it chooses by it).
       seed: seed of the noise generator; None draws it from the OS.
 
     Example:
@@ -66,7 +71,7 @@ class DPConfig:
     num_partitions: int = 1
     expected_batch_size: float | None = None
     max_batch_size: int | None = None
-    clipping: str = "fast"
+    clipping: str = "auto"
     clipped_sum: str = "bookkeeping"
     verify: bool = True
     seed: int | None = None

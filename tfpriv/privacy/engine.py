@@ -14,7 +14,8 @@ B is the expected batch size q*N (a fixed denominator), b the number of partitio
 `DPConfig.clipping` only chooses how per-example gradients (or their norms) are obtained:
 `fast` (ghost norms, `clipping.FastPass`), `per_example` (each example's loss alone under
 `tf.vectorized_map`, `per_example.PerExamplePass`) or `vectorized` (`tape.jacobian`,
-`clipping.VectorizedPass`); clip factors, weighted sums and noise are the same code for all.
+`clipping.VectorizedPass`); `auto` is `fast`, or `per_example` where `verify` finds `fast` not
+exact; clip factors, weighted sums and noise are the same code for all.
 An example (partition, batch group) with NaN/inf inputs or a NaN/inf gradient norm gets clip
 factor exactly 0 and contributes exactly 0 (`docs/privacy.md`, "Non-finite and extreme examples").
 Clipped sums are computed per replica; under a `tf.distribute` strategy every replica draws
@@ -32,15 +33,26 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
+from tfpriv.privacy import pfor_rules, rules
 from tfpriv.privacy.clipping import FastPass, VectorizedPass
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
 from tfpriv.privacy.per_example import per_example_pass
 from tfpriv.privacy.rng import StreamGenerator, in_step, stream_generator
-from tfpriv.privacy.taps import TapRecorder, require_layer_owned
+from tfpriv.privacy.taps import TapRecorder, clipping_problems, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
 PUBLIC_SEED = 0  # of the public batch the engine is verified on (`public_batch`)
+# (what is not exact, what to do) in `verify`'s refusals.
+FAST_NOT_EXACT = ("fast clipping is not exact for this model", "the loss uses a variable outside its layer's "
+                  "call or differentiates through the model twice: use clipping='per_example' or 'vectorized'")
+PER_EXAMPLE_NOT_EXACT = ("per-example clipping is not exact for this model", "an example's loss as a batch of one "
+                         "differs from its loss in the batch (batch-size-dependent terms or random numbers drawn in "
+                         "the loss; pass randomness as per-example inputs): use clipping='vectorized'")
+AUTO_NOT_EXACT = ("clipping='auto' finds no exact path for this model: neither fast nor per-example clipping is exact",
+                  "an example's loss as a batch of one differs from its loss in the batch and the loss is not "
+                  "first-order through each layer's call: clipping='vectorized' (per-example Jacobians, O(B^2) "
+                  "work) is exact for a loss that does not mix examples")
 
 
 def batch_size_of(inputs) -> tf.Tensor:
@@ -131,8 +143,13 @@ class DPGradientEngine:
         self._refuse_split_batch_terms(tf.distribute.get_strategy().num_replicas_in_sync)
         # Validates the mode against the terms now (e.g. micro + batch term needs max_batch_size).
         self.sensitivity = config.sensitivity(spec.has_batch_terms) if config.private else math.inf
+        # The path per-example gradients take: `auto` starts as `fast`; `verify` may switch it to `per_example`.
+        self.auto = config.private and config.clipping == "auto" and config.aggregation in ("micro", "termwise")
+        self.clipping = "fast" if config.clipping == "auto" else config.clipping
+        if self.auto and (problems := clipping_problems(roots, self.variables)):
+            raise ConfigError(f"DP engine: clipping='auto' finds no exact path for this model: {'; '.join(problems)}")
         self.recorder = (TapRecorder(roots, self.variables)
-                         if config.private and config.clipping == "fast" and config.aggregation != "batch" else None)
+                         if config.private and self.clipping == "fast" and config.aggregation != "batch" else None)
         if self.per_example:
             require_layer_owned(roots, self.variables)
         self.generator = stream_generator(config.seed, "noise")
@@ -170,7 +187,7 @@ class DPGradientEngine:
     def per_example(self) -> bool:
         """Whether per-example gradients come from `tf.vectorized_map` (clipping="per_example")."""
         cfg = self.config
-        return cfg.private and cfg.clipping == "per_example" and cfg.aggregation in ("micro", "termwise")
+        return cfg.private and self.clipping == "per_example" and cfg.aggregation in ("micro", "termwise")
 
     # -- facts for accounting and results.json ------------------------------------------------
     @property
@@ -196,8 +213,12 @@ class DPGradientEngine:
         is the number of examples plus partitions dropped (the batch size when `batch` mode
         drops its one group). Term means average finite values of undropped examples only.
         """
-        with in_step(self.generator):  # partitions and noise keyed by (step, draw, slot)
+        with in_step(self.generator), self._quiet():  # partitions and noise keyed by (step, draw, slot)
             return self._gradients(loss_fn, inputs)
+
+    def _quiet(self):
+        """`auto` does not log its paths at every trace: `verify` printed them once."""
+        return pfor_rules.paths_taken() if self.auto else contextlib.nullcontext()
 
     def _gradients(self, loss_fn: LossFn, inputs):
         cfg = self.config
@@ -431,6 +452,10 @@ class DPGradientEngine:
     # -- reference computations (tests, verification) -------------------------------------------
     def clipped_sums(self, loss_fn: LossFn, inputs, layout: BatchLayout | None = None) -> dict[str, object]:
         """Un-noised, un-normalised clipped sums and the norms they came from (for tests)."""
+        with self._quiet():
+            return self._clipped_sums(loss_fn, inputs, layout)
+
+    def _clipped_sums(self, loss_fn: LossFn, inputs, layout: BatchLayout | None) -> dict[str, object]:
         batch_size = batch_size_of(inputs)
         layout = layout or self.layout(batch_size)
         inputs, ok = finite_examples(inputs, batch_size)
@@ -451,7 +476,8 @@ class DPGradientEngine:
         return out
 
     def verify(self, loss_fn: LossFn, inputs, max_examples: int = 8, rtol: float = 1e-3) -> None:
-        """Refuses a model where the fast or per_example path would mis-clip (raises ConfigError).
+        """Refuses a model where the fast or per_example path would mis-clip (raises ConfigError);
+        `auto` chooses its path here (`_choose_path`).
 
         Compares the path's per-example and per-partition norms with per-example Jacobians of
         the same forward pass, and checks that each sample-wise term depends on its own
@@ -481,19 +507,49 @@ class DPGradientEngine:
                     "DP engine: a sample-wise loss term depends on other examples in the batch "
                     "(e.g. BatchNormalization: tfpriv.fix_model(model) replaces it by GroupNormalization); "
                     "a DPModel term that mixes examples on purpose is declared batch-wise")
+        if self.auto:
+            self._choose_path(loss_fn, inputs, layout, batch_size, tape, phi, psi, rtol)
+            return
         if self.recorder is not None:
             checked = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
-            why = ("fast clipping is not exact for this model", "the loss uses a variable outside its layer's "
-                   "call or differentiates through the model twice: use clipping='per_example' or 'vectorized'")
+            why = FAST_NOT_EXACT
         elif self.per_example:
             checked, _ = self._per_example_pass(loss_fn, inputs, layout, batch_size)
-            why = ("per-example clipping is not exact for this model", "an example's loss as a batch of one "
-                   "differs from its loss in the batch (batch-size-dependent terms or random numbers drawn in "
-                   "the loss; pass randomness as per-example inputs): use clipping='vectorized'")
+            why = PER_EXAMPLE_NOT_EXACT
         else:
             return
         slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
         self._compare_norms(checked, slow, psi is not None, rtol, why)
+
+    def _choose_path(self, loss_fn, inputs, layout: BatchLayout, batch_size, tape, phi, psi, rtol: float) -> None:
+        """`auto`: keeps `fast` if its norms equal the per-example Jacobian's, else switches to
+        `per_example` if its norms do (else refuses); prints one line saying which path each layer takes."""
+        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
+        with pfor_rules.paths_taken() as taken:
+            fast = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
+            try:
+                self._compare_norms(fast, slow, psi is not None, rtol, FAST_NOT_EXACT)
+                line = self._layer_paths(taken)
+            except ConfigError:
+                self.recorder, self.clipping = None, "per_example"
+                checked, _ = self._per_example_pass(loss_fn, inputs, layout, batch_size)
+                self._compare_norms(checked, slow, psi is not None, rtol, AUTO_NOT_EXACT)
+                line = (f"per-example ({taken.get('the model', 'vectorized')}) for the whole model (fast is not exact: "
+                        "the loss uses a variable outside its layer's call or differentiates through the model twice)")
+        print(f"tfpriv: clipping auto: {line}", flush=True)
+
+    def _layer_paths(self, taken: dict[str, str]) -> str:
+        """'fast for a, b; per-example (map) for c': each layer the loss reaches, by its path (a rule's
+        ghost norms or closed form, else its per-example gradients as `map_examples` ran them)."""
+        groups: dict[str, list[str]] = {}
+        layers = {id(tap.layer): tap.layer for tap in self.recorder.taps}
+        for layer in layers.values():
+            if self.recorder.rules[id(layer)] is not rules.FALLBACK:
+                groups.setdefault("fast", []).append(layer.name)
+            elif layer.name in taken:  # absent: no term reaches the layer
+                groups.setdefault(f"per-example ({taken[layer.name]})", []).append(layer.name)
+        order = ("fast", "per-example (vectorized)", "per-example (map)")
+        return "; ".join(f"{path} for {', '.join(groups[path])}" for path in order if path in groups)
 
     def _compare_norms(self, checked, slow: VectorizedPass, with_psi: bool, rtol: float,
                        why: tuple[str, str]) -> None:

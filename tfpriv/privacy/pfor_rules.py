@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Callable, Iterator
 
 import tensorflow as tf
@@ -26,6 +27,7 @@ from tensorflow.python.ops.parallel_for import pfor as _pfor
 from tfpriv.privacy.rules.conv import patches
 
 _OP = "Conv2DBackpropFilter"
+_local = threading.local()  # this thread's `paths_taken` record, if one is open
 
 
 def _filter_gradients(pfor_input, original):
@@ -73,25 +75,45 @@ def _quiet_tensorflow_logger() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def map_examples(fn: Callable, inputs):
+@contextlib.contextmanager
+def paths_taken() -> Iterator[dict[str, str]]:
+    """Records, instead of logging, how each `map_examples` call traced within the context ran:
+    {what: "vectorized" or "map"} (`clipping="auto"` reports them in its one line)."""
+    previous = getattr(_local, "taken", None)
+    _local.taken = taken = {}
+    try:
+        yield taken
+    finally:
+        _local.taken = previous
+
+
+def map_examples(fn: Callable, inputs, what: str = "the model"):
     """`fn` of each example of `inputs`, stacked: vectorized by pfor where TensorFlow can convert
-    `fn`, else one example after another (`tf.map_fn`; same values, slower).
+    `fn`, else one example after another (`tf.map_fn`; same values, slower). `what` (whose
+    per-example gradients `fn` computes: a layer's name, or the model) is named in the warning,
+    or the `paths_taken` record, that says which.
 
     TF 2.15's pfor cannot convert the backward pass of the `while_loop` of Keras' LSTM and GRU
     (also inside Bidirectional), nor of a SimpleRNN after an Embedding (`TypeError: dtype
     <variant> ...` while tracing). Whether it converts is tried in a separate trace, so a
     failed conversion leaves no ops in the caller's graph.
     """
+    taken = getattr(_local, "taken", None)
     spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
     try:
         with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
             stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
                                   autograph=False).get_concrete_function(spec)
     except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
-        tf.get_logger().warning("DP engine: per-example gradients run one example after another (pfor cannot "
-                                "vectorize them: %s)", type(err).__name__)
+        if taken is None:
+            tf.get_logger().warning("DP engine: per-example gradients of %s run one example after another (pfor cannot vectorize them: %s)",
+                                    what, type(err).__name__)
+        else:
+            taken[what] = "map"
         example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
         outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
         signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
         return tf.map_fn(fn, inputs, fn_output_signature=signature)
+    if taken is not None:
+        taken[what] = "vectorized"
     return stacked(inputs)

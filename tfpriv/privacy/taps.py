@@ -76,6 +76,34 @@ def require_layer_owned(roots: Sequence[tf.Module], variables: Iterable[tf.Varia
             f"DP engine: trainable variables not owned by a Keras layer cannot be clipped per example: {missing}")
 
 
+def layer_problem(layer: Layer) -> str | None:
+    """Why `layer` cannot be trained with per-example clipping whatever the path, or None."""
+    if isinstance(layer, keras_classes("layers.BatchNormalization")) and layer.trainable:
+        return ("BatchNormalization mixes the examples of a batch (batch statistics) and updates its moving "
+                "statistics from them: tfpriv.fix_model(model) replaces it by GroupNormalization (Sequential "
+                "and functional models)")
+    if not isinstance(layer, keras_classes("Model")) and getattr(layer, "stateful", False) is True:
+        return "stateful=True carries one batch's examples into the next batches' gradients; use stateful=False"
+    return None
+
+
+def clipping_problems(roots: Sequence[tf.Module], variables: Iterable[tf.Variable]) -> list[str]:
+    """The reasons the layers under `roots` cannot be clipped per example, one per problem, each
+    naming its layer (empty: none found): cross-example layers (`layer_problem`) and trainable
+    variables no leaf layer owns (`require_layer_owned`)."""
+    layers: dict[int, Layer] = {}
+    for root in roots:
+        if isinstance(root, keras_classes("layers.Layer")):
+            for layer in [root, *root._flatten_layers(include_self=False, recursive=True)]:
+                layers.setdefault(id(layer), layer)
+    problems = [f"{layer.name}: {why}" for layer in layers.values() if (why := layer_problem(layer)) is not None]
+    try:
+        require_layer_owned(roots, variables)
+    except ConfigError as err:
+        problems.append(str(err).removeprefix("DP engine: "))
+    return problems
+
+
 class TapRecorder:
     """Maps variables to (layer, rule) and records layer calls inside `recording()`."""
 

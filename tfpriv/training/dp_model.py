@@ -177,7 +177,7 @@ class DPTraining:
                 self.optimizer.build(engine.variables)  # slots now, so the train step traces once
         object.__setattr__(self, "engine", engine)
         streams.append((engine.generator, engine.generator.state.read_value()))
-        if self.dp_config.private and self.dp_config.verify:
+        if self.dp_config.private and (self.dp_config.verify or self.dp_config.clipping == "auto"):
             if distributed:  # in replica context: mirrored variables have no handle outside it
                 strategy.run(engine.verify, args=(self.loss_fn, inputs))
             else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tfpriv.compat import is_keras3, keras, keras_classes, keras_of
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.taps import require_layer_owned
+from tfpriv.privacy.taps import clipping_problems
 
 MAX_GROUPS = 32
 Layer = keras.layers.Layer
@@ -46,17 +46,6 @@ def _layers(model: Layer) -> list[Layer]:
     return [model] + list(model._flatten_layers(include_self=False, recursive=True))
 
 
-def _problem(layer: Layer) -> str | None:
-    """Why `layer` cannot be trained with per-example clipping, or None."""
-    if _is_batch_norm(layer) and layer.trainable:
-        return ("BatchNormalization mixes the examples of a batch (batch statistics) and updates its moving "
-                "statistics from them; replace it by GroupNormalization (tfpriv.fix_model does so in Sequential "
-                "and functional models)")
-    if not isinstance(layer, keras_classes("Model")) and getattr(layer, "stateful", False) is True:
-        return "stateful=True carries one batch's examples into the next batches' gradients; use stateful=False"
-    return None
-
-
 def validate_model(model: keras.Model) -> list[str]:
     """The reasons `model` cannot be trained with per-example clipping, one per problem, each naming
     its layer (empty: none found). The engine's first-batch check (`DPGradientEngine.verify`)
@@ -69,12 +58,7 @@ def validate_model(model: keras.Model) -> list[str]:
         ...                           keras.layers.BatchNormalization(), keras.layers.Flatten(), keras.layers.Dense(2)])
         >>> len(tfpriv.validate_model(model)), tfpriv.validate_model(tfpriv.fix_model(model))
         (1, [])"""
-    problems = [f"{layer.name}: {why}" for layer in _layers(model) if (why := _problem(layer)) is not None]
-    try:
-        require_layer_owned([model], model.trainable_variables)
-    except ConfigError as err:
-        problems.append(str(err).removeprefix("DP engine: "))
-    return problems
+    return clipping_problems([model], model.trainable_variables)
 
 
 def _group_norm(bn: keras.layers.BatchNormalization) -> Layer:
