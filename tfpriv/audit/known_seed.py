@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from tfpriv.audit.sensitivity import SensitivityAuditor

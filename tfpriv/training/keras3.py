@@ -8,7 +8,7 @@ Imported by `make_private` when it is given a Keras 3 model, so Keras 3 is loade
 from __future__ import annotations
 
 from tfpriv.compat import keras3
-from tfpriv.training.private_model import PrivateTraining
+from tfpriv.training.private_training import PrivateTraining
 
 keras = keras3()
 if keras is None:
