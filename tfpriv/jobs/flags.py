@@ -47,7 +47,8 @@ flags.DEFINE_string("accountant", "rdp", "How epsilon is computed from the same 
 flags.DEFINE_float("max_epsilon", None, "Hard budget: training stops before a step would exceed it.")
 flags.DEFINE_integer("max_batch_size", None, "micro with batch-wise terms: batches above this are skipped (bounds the sensitivity).")
 flags.DEFINE_string("clipping", "fast", "fast (ghost norms, per-layer rules), per_example (vectorized_map over examples; "
-                    "exact for second-order losses) or vectorized (per-example Jacobians). "
+                    "exact for second-order losses), vectorized (per-example Jacobians) or auto (fast where the "
+                    "first-batch check finds it exact, else per_example; one line names each layer's path). "
                     "Default per model: fast, per_example (dpwgan_gp).")
 flags.DEFINE_string("clipped_sum", "bookkeeping", "bookkeeping (from the first pass) or reweight (second backward pass).")
 flags.DEFINE_integer("latent_dim", None, "Latent dimension of the VAE (default per dataset).")
