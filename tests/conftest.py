@@ -6,7 +6,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from hypothesis import HealthCheck, settings
 
 # Property tests are deterministic and have no deadline (TF calls vary in time): the same examples
@@ -34,6 +33,9 @@ def data_dir() -> pathlib.Path:
 
 @pytest.fixture(autouse=True)
 def _seed():
+    # Imported here, not at the top: pytest-xdist's controller loads this file but runs no test, and
+    # TensorFlow's start-up lines from its import would be printed after the summary.
+    import tensorflow as tf
     tf.random.set_seed(0)
     np.random.seed(0)
     yield

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from tests.cli.helpers import TRAIN, assert_one_line_error, subprocess_train_py
+from tests.cli.helpers import TRAIN, assert_one_line_error, subprocess_train_py, train_py
 from tests.conftest import REPO_ROOT
 from tfpriv.models.vae import load_vae
 
@@ -48,17 +48,20 @@ def _vae_weights(run_dir) -> list[np.ndarray]:
     return vae.encoder.get_weights() + vae.decoder.get_weights()
 
 
-def test_two_devices_and_two_workers_train_as_one_device(tmp_path):
+def test_two_devices_and_two_workers_train_as_one_device(tmp_path, capsys):
     """`--strategy=mirrored --num_cpu_devices=2`, and two `--strategy=multi_worker` processes
     (TF_CONFIG on 127.0.0.1, free ports), against one device: same VAE to float tolerance, same
-    epsilon and steps; only the chief writes its folder."""
+    epsilon and steps; only the chief writes its folder. The one-device run is in this process
+    (a seeded run is the same in any process: tests/training/test_reproducibility.py), while the
+    others train."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
     procs = {f"worker{i}": _train(tmp_path / "cluster", "--strategy=multi_worker", TF_CONFIG=json.dumps(
         {"cluster": cluster, "task": {"type": "worker", "index": i}})) for i in range(2)}
     procs["mirrored"] = _train(tmp_path / "mirrored", "--strategy=mirrored", "--num_cpu_devices=2")
-    procs["one"] = _train(tmp_path / "one")
     outputs = {}
     try:
+        one = train_py(f"--output_dir={tmp_path / 'one'}", *FLAGS, capsys=capsys)
+        assert one.returncode == 0, one.stderr[-3000:]
         for name, proc in procs.items():
             outputs[name] = proc.communicate(timeout=600)
     finally:

@@ -9,19 +9,24 @@ import numpy as np  # noqa: E402
 
 
 def image_grid(images: np.ndarray, path: str, rows: int | None = None, title: str | None = None) -> str:
-    """Saves images [n, H, W, C] in [0, 1] as one grid PNG."""
-    n = len(images)
+    """Saves images [n, H, W, C] in [0, 1] as one grid PNG: the images tiled into one array, drawn
+    once (one matplotlib axes per image took seconds per grid, a large part of a short run)."""
+    n, h, w, c = images.shape
     cols = int(np.ceil(np.sqrt(n))) if rows is None else int(np.ceil(n / rows))
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 0.8, rows * 0.8 + (0.3 if title else 0)))
-    for ax, k in zip(np.ravel(axes), range(rows * cols)):
-        ax.axis("off")
-        if k < n:
-            img = images[k]
-            ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray", vmin=0, vmax=1)
+    gap = max(1, h // 8)  # white lines between the images, as the figure's background showed
+    canvas = np.ones((rows * (h + gap) - gap, cols * (w + gap) - gap, c), np.float32)
+    for k in range(n):
+        r, q = divmod(k, cols)
+        canvas[r * (h + gap):r * (h + gap) + h, q * (w + gap):q * (w + gap) + w] = images[k]
+    height = rows * 0.8 + (0.3 if title else 0)
+    fig = plt.figure(figsize=(cols * 0.8, height))
+    ax = fig.add_axes((0, 0, 1, rows * 0.8 / height))
+    ax.imshow(canvas[..., 0] if c == 1 else canvas, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
