@@ -228,13 +228,13 @@ def test_auto_keeps_fast_per_layer_and_prints_each_layers_path_once(capsys):
     weighted = [layer for layer in model.layers if layer.trainable_weights]
     ruled = ", ".join(layer.name for layer in weighted if not isinstance(layer, keras.layers.PReLU))
     prelu = next(layer.name for layer in weighted if isinstance(layer, keras.layers.PReLU))
-    assert capsys.readouterr().out == f"tfpriv: clipping auto: fast for {ruled}; per-example (vectorized) for {prelu}\n"
+    assert capsys.readouterr().err == f"tfpriv: clipping auto: fast for {ruled}; per-example (vectorized) for {prelu}\n"
     assert (auto.clipping, auto.per_example) == ("fast", False)
     layout = BatchLayout(tf.range(6) % 3, 3)
     out, expected = auto.clipped_sums(loss_fn, x, layout), fast.clipped_sums(loss_fn, x, layout)
     for key in ("sample", "batch"):
         assert rel_err(ref.flat(out[key]), ref.flat(expected[key])) < 1e-6
-    assert capsys.readouterr().out == ""  # only verify reports the paths
+    assert capsys.readouterr().err == ""  # only verify reports the paths
 
 
 def test_auto_switches_to_per_example_where_fast_is_not_exact(capsys):
@@ -243,7 +243,7 @@ def test_auto_switches_to_per_example_where_fast_is_not_exact(capsys):
     x = tf.random.stateless_normal([6, 7], seed=[17, 18])
     engine = make_engine(model, spec=TermSpec(sample=("gp",)), aggregation="micro", l2_norm_clip=0.1)
     engine.verify(penalty, x)
-    assert capsys.readouterr().out.startswith("tfpriv: clipping auto: per-example (vectorized) for the whole model "
+    assert capsys.readouterr().err.startswith("tfpriv: clipping auto: per-example (vectorized) for the whole model "
                                               "(fast is not exact")
     assert (engine.clipping, engine.recorder, engine.per_example) == ("per_example", None, True)
     out = engine.clipped_sums(penalty, x)

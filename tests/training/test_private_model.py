@@ -252,7 +252,7 @@ def test_auto_is_the_default_and_equals_fast_on_a_dense_conv_model(capsys):
     batch = (tf.constant(x[:8]), tf.constant(y[:8]))
     auto = _prepared(model, "auto", batch)
     conv, dense = (layer.name for layer in model.layers if layer.trainable_weights)
-    assert capsys.readouterr().out == f"tfpriv: clipping auto: fast for {conv}, {dense}\n"
+    assert capsys.readouterr().err == f"tfpriv: clipping auto: fast for {conv}, {dense}\n"
     assert auto.engine.clipping == "fast"
     np.testing.assert_allclose(_clipped_sum(auto, batch), _clipped_sum(_prepared(model, "fast", batch), batch),
                                rtol=1e-6, atol=1e-7)
@@ -266,7 +266,7 @@ def test_auto_on_embedding_lstm_equals_the_naive_per_example_loop(capsys):
     x, y = tf.constant(rng.integers(0, 50, (5, 6)), tf.int32), tf.constant(rng.integers(0, 3, 5))
     dp_model = _prepared(model, "auto", (x, y), clip=0.3)
     embedding, lstm, dense = (layer.name for layer in model.layers)
-    line = capsys.readouterr().out
+    line = capsys.readouterr().err
     assert line.startswith(f"tfpriv: clipping auto: fast for {embedding}, {dense}; per-example (")
     assert line.endswith(f") for {lstm}\n") and line.count("\n") == 1
     expected = 0.0

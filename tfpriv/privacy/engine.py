@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from typing import Callable, Sequence
 
 import numpy as np
@@ -536,7 +537,7 @@ class DPGradientEngine:
                 self._compare_norms(checked, slow, psi is not None, rtol, AUTO_NOT_EXACT)
                 line = (f"per-example ({taken.get('the model', 'vectorized')}) for the whole model (fast is not exact: "
                         "the loss uses a variable outside its layer's call or differentiates through the model twice)")
-        print(f"tfpriv: clipping auto: {line}", flush=True)
+        print(f"tfpriv: clipping auto: {line}", file=sys.stderr, flush=True)  # a log line, not the user's output
 
     def _layer_paths(self, taken: dict[str, str]) -> str:
         """'fast for a, b; per-example (map) for c': each layer the loss reaches, by its path (a rule's
