@@ -289,3 +289,22 @@ def test_auto_refuses_batch_normalization_in_one_line_naming_the_layer_and_fix_m
                                           r"BatchNormalization .*tfpriv\.fix_model\(model\)") as refused:
         dp_model.fit(x, y, epochs=1, verbose=0)
     assert "\n" not in str(refused.value)
+
+
+def test_a_multi_input_model_fits_on_a_tuple_of_numpy_arrays():
+    """x = (a, b) for a two-input model is two inputs, not two examples (it used to be refused as
+    'x: has 2 examples'); with q = 1 every step sees all n examples, each input row with its own."""
+    n = 16
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(n, 3)).astype("float32"), rng.normal(size=(n, 2)).astype("float32")
+    y = rng.integers(0, 3, n)
+    in_a, in_b = keras.Input([3]), keras.Input([2])
+    model = keras.Model([in_a, in_b], keras.layers.Dense(3)(keras.layers.Concatenate()([in_a, in_b])))
+    dp_model = _private(model, LOSS, n)
+    dp_model.compile(optimizer="sgd", metrics=["accuracy"])
+    history = dp_model.fit((a, b), y, epochs=2, verbose=0, seed=0)
+    assert len(history.history["epsilon"]) == 2 and set(history.history) >= {"loss", "accuracy", "dropped"}
+    short = _private(model, LOSS, n)
+    short.compile(optimizer="sgd")
+    with pytest.raises(ConfigError, match=r"^x: has 15 examples"):
+        short.fit((a, b[:15]), y, verbose=0)

@@ -210,14 +210,21 @@ class DPTraining:
             if batch_size is not None and batch_size != self.dp_config.expected_batch_size:
                 raise ConfigError(f"batch_size: a private model samples batches of expected size "
                                   f"{self.dp_config.expected_batch_size:g} (dp.expected_batch_size), got {batch_size}")
-            arrays = tuple(np.asarray(a) for a in ((x,) if y is None else (x, y)))
-            if len(arrays[0]) != self.num_examples:
-                raise ConfigError(f"x: has {len(arrays[0])} examples, the model was compiled for "
-                                  f"num_examples={self.num_examples}")
+            # x (and y) may be several arrays (a multi-input model): sampled as one flat tuple, each
+            # batch packed back into the given structure.
+            structure = _as_arrays(x) if y is None else (_as_arrays(x), _as_arrays(y))
+            flat = tuple(tf.nest.flatten(structure))
+            for name, parts in (("x", tf.nest.flatten(structure if y is None else structure[0])),
+                                ("y", [] if y is None else tf.nest.flatten(structure[1]))):
+                for part in parts:
+                    if len(part) != self.num_examples:
+                        raise ConfigError(f"{name}: has {len(part)} examples, the model was compiled for "
+                                          f"num_examples={self.num_examples}")
             seed = new_sampling_seed() if seed is None else seed
             start = int(self.step_count.numpy()) if getattr(self, "step_count", None) is not None else 0
-            x, _, per_epoch = make_dataset(arrays if y is not None else arrays[0],
-                                           int(round(self.dp_config.expected_batch_size)), "poisson", seed, start)
+            batches, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
+                                                 seed, start)
+            x = batches.map(lambda *parts: tf.nest.pack_sequence_as(structure, list(parts)))
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
             kwargs.setdefault("shuffle", False)
@@ -296,6 +303,14 @@ class DPModel(DPTraining, keras.Model):
 def _is_arrays(x) -> bool:
     return isinstance(x, (np.ndarray, tf.Tensor, list)) or (
         isinstance(x, tuple) and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in x))
+
+
+def _as_arrays(value):
+    """numpy arrays in the structure Keras reads: a tuple/list of arrays is several inputs (or
+    targets), anything else one array."""
+    if isinstance(value, (tuple, list)) and value and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in value):
+        return tuple(np.asarray(a) for a in value)
+    return np.asarray(value)
 
 
 def _is_iterator(x) -> bool:
