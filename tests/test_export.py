@@ -13,8 +13,6 @@ from absl import flags
 
 import tfpriv
 from tests.test_trained import tiny_filter_run, tiny_generator_run
-from tfpriv.compat import keras
-from tfpriv.compat import keras
 from tfpriv.export import export_run
 from tfpriv.jobs.job import read_settings
 from tfpriv.models import cli as privae_job

@@ -4,7 +4,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.models.architectures import build_architecture
