@@ -185,7 +185,8 @@ class DPTraining:
         for generator, state in streams:
             generator.state.assign(state)
         metrics = self.keras_module.metrics
-        self._trackers.update({name: metrics.Mean(name=name) for name in self.metric_names()})
+        for name in self.metric_names():
+            self._trackers.setdefault(name, metrics.Mean(name=name))
         if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
             self._trackers["dropped"] = metrics.Sum(name="dropped")
         return engine

@@ -37,6 +37,8 @@ class PrivateTraining(DPTraining):
     def compile(self, optimizer="adam", metrics=None, **kwargs):
         """Keras compile; the privacy settings are those given to `make_private`."""
         super().compile(optimizer=optimizer, metrics=metrics, **self._privacy, **kwargs)
+        # `evaluate` may come before any `fit` (which builds the other trackers); `build` keeps this one.
+        self._trackers["loss"] = self.keras_module.metrics.Mean(name="loss")
 
     def call(self, x, training=False):
         return self.model(x, training=training)
