@@ -10,12 +10,15 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 
-def _run_script(name: str) -> dict:
-    """Runs tests/privacy/scripts/NAME in a fresh process (2 logical CPUs) and returns its JSON line."""
+def _run_script(name: str, stderr: list | None = None) -> dict:
+    """Runs tests/privacy/scripts/NAME in a fresh process (2 logical CPUs) and returns its JSON line
+    (its stderr lines appended to `stderr` if given)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts" / name)],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if stderr is not None:
+        stderr.extend(proc.stderr.splitlines())
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -40,3 +43,11 @@ def test_modes_with_groups_of_examples_are_refused_on_two_replicas():
         assert "2 replicas" in out[refused]
     assert out["termwise_singleton"] == "accepted"
     assert out["termwise_no_batch_clip"] == "accepted"
+
+
+def test_clipping_auto_names_its_paths_once_on_two_replicas():
+    """Every replica verifies the model; the stderr line saying which path each layer takes is one."""
+    stderr = []
+    assert _run_script("mirrored_auto_line.py", stderr)["replicas"] == 2
+    lines = [line for line in stderr if line.startswith("tfpriv: clipping auto:")]
+    assert lines == ["tfpriv: clipping auto: fast for dense"]

@@ -10,11 +10,14 @@ discretised at 1e-4, pessimistic rounding, so still an upper bound); `get_accoun
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import dp_accounting
+import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
@@ -24,6 +27,30 @@ DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] 
 
 Segment = tuple[float, float, int]  # (sampling rate q, effective noise multiplier, steps)
 MAX_NOISE = 1000.0  # calibration searches effective noise multipliers in [1e-3, MAX_NOISE]
+
+
+NON_CONVERGING_ORDER = "_compute_log_a_frac failed to converge"  # dp_accounting's warning, per order
+
+
+class _NonConvergingOrders(logging.Filter):
+    """dp_accounting (>= 0.6) warns once per fractional RDP order whose series does not converge and
+    leaves that order out of the minimum over orders; the bound still holds from the others. tfpriv
+    computes epsilon every epoch and in each calibration step, so those lines would fill the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(NON_CONVERGING_ORDER)
+
+
+@contextlib.contextmanager
+def _quiet_orders() -> Iterator[None]:
+    """Leaves out dp_accounting's non-converging-order warnings while tfpriv accounts (only then:
+    the user's own dp_accounting calls log as before)."""
+    logger, quiet = logging.getLogger("absl"), _NonConvergingOrders()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _event(q: float, noise: float, steps: int) -> dp_accounting.DpEvent:
@@ -69,6 +96,10 @@ class Accountant:
 
     def epsilon(self, segments: Iterable[Segment], delta: float) -> float:
         """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
+        with _quiet_orders():
+            return self._epsilon(segments, delta)
+
+    def _epsilon(self, segments: Iterable[Segment], delta: float) -> float:
         acc = self.fresh()
         any_step = False
         for q, noise, steps in segments:
@@ -89,6 +120,11 @@ class Accountant:
     def calibrate(self, target_epsilon: float, delta: float, q: float, steps: int,
                   history: Sequence[Segment] = ()) -> float:
         """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
+        with _quiet_orders():
+            return self._calibrate(target_epsilon, delta, q, steps, history)
+
+    def _calibrate(self, target_epsilon: float, delta: float, q: float, steps: int,
+                   history: Sequence[Segment]) -> float:
         if steps <= 0:
             raise ConfigError(f"target_epsilon: calibration needs at least one planned step, got {steps}")
         spent = self.epsilon(history, delta)
@@ -152,6 +188,15 @@ class RdpAccounting(Accountant):
 
     def fresh(self) -> dp_accounting.PrivacyAccountant:
         return dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+
+
+    def curve(self, event: dp_accounting.DpEvent) -> np.ndarray:
+        """The event's RDP at each of `DEFAULT_ORDERS` (inf where dp_accounting's series does not
+        converge): what a composition over a random choice of events (tuning) takes the maximum of."""
+        with _quiet_orders():
+            accountant = self.fresh()
+            accountant.compose(event)
+        return np.asarray(accountant._rdp)  # the composed curve; dp_accounting has no public getter
 
 
 class PldAccounting(Accountant):

@@ -100,6 +100,14 @@ def public_batch(batch, size: int = 8):
     return tf.nest.map_structure(like, batch)
 
 
+def _first_replica() -> bool:
+    """Whether this runs outside a strategy's replicas or in its first one (a per-replica call's
+    replica id is a constant in eager mode, where `verify` runs)."""
+    ctx = tf.distribute.get_replica_context()
+    replica = None if ctx is None else tf.get_static_value(ctx.replica_id_in_sync_group)
+    return replica is None or int(replica) == 0
+
+
 class DPGradientEngine:
     """Turns a model's loss terms into privatized gradients for its trainable variables.
 
@@ -537,7 +545,8 @@ class DPGradientEngine:
                 self._compare_norms(checked, slow, psi is not None, rtol, AUTO_NOT_EXACT)
                 line = (f"per-example ({taken.get('the model', 'vectorized')}) for the whole model (fast is not exact: "
                         "the loss uses a variable outside its layer's call or differentiates through the model twice)")
-        print(f"tfpriv: clipping auto: {line}", file=sys.stderr, flush=True)  # a log line, not the user's output
+        if _first_replica():  # under MirroredStrategy every replica verifies; one line says it
+            print(f"tfpriv: clipping auto: {line}", file=sys.stderr, flush=True)  # a log line, not the user's output
 
     def _layer_paths(self, taken: dict[str, str]) -> str:
         """'fast for a, b; per-example (map) for c': each layer the loss reaches, by its path (a rule's

@@ -54,7 +54,7 @@ from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
-from tfpriv.privacy.accounting import DEFAULT_ORDERS
+from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
 from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, TRIALS_DIR, TUNING_FILE, TUNING_PLAN_FILE,
                                TUNING_TRIAL_FILE)
@@ -154,14 +154,9 @@ def privacy_configurations(space: Space, neutral: tuple[str, ...] = NEUTRAL_KEYS
     return [dict(zip(keys, combo)) for combo in itertools.product(*(space[k]["values"] for k in keys))]
 
 
-def worst_rdp(events: list[dp_accounting.DpEvent], orders=DEFAULT_ORDERS) -> np.ndarray:
+def worst_rdp(events: list[dp_accounting.DpEvent]) -> np.ndarray:
     """Order-wise maximum of the events' RDP curves: an RDP bound for a random choice among them."""
-    curves = []
-    for event in events:
-        accountant = dp_accounting.rdp.RdpAccountant(list(orders))
-        accountant.compose(event)
-        curves.append(np.asarray(accountant._rdp))  # the composed RDP curve (dp_accounting 0.4.3)
-    return np.max(curves, axis=0)
+    return np.max([RDP.curve(event) for event in events], axis=0)
 
 
 def bounded(rdp: np.ndarray) -> bool:
