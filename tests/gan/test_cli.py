@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from absl import flags
 
+from tests.gan.helpers import small_test_split
 from tests.test_release_list import tiny_classifier
 from tfpriv.compat import keras
 from tfpriv.errors import UsageError
@@ -170,6 +171,7 @@ def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_pat
         return fitted[split]
 
     monkeypatch.setattr(eval_classifier, "get_classifier", get_classifier)
+    small_test_split(monkeypatch)  # the networks score the first 500 test images (reference features, real IS)
     out = tmp_path / "run"
     s = read_settings(cli.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=500, epochs=1, max_steps=1, eval_every=0, num_samples=20, seed=0,
