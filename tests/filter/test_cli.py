@@ -61,10 +61,21 @@ def test_bad_label_raises_before_output(tmp_path, data_dir):
     assert not out.exists()
 
 
-def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
-    out = tmp_path / "run"
-    res = cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0, label_epsilon=10.0, **TINY),
-                  str(out))
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory, data_dir):
+    """Two runs with the same --seed (label noise on): [(output folder, what cli.run returned)] x 2."""
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path_factory.mktemp("filter_seeded") / name
+        runs.append((out, cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=3, verbose=0,
+                                           label_epsilon=10.0, **TINY), str(out))))
+    return runs
+
+
+def test_abalone_end_to_end_writes_results_and_models(seeded_runs):
+    out, res = seeded_runs[0]
     stored = json.load(open(os.path.join(out, "results.json")))
     assert stored["model"] == "filter" and stored["dataset"] == "abalone"
     assert stored["aggregation"] == "none" and stored["epsilon"] == "inf"
@@ -95,16 +106,12 @@ def test_abalone_end_to_end_writes_results_and_models(tmp_path, data_dir):
     assert not (out / "privacy_plan.json").exists()  # non-private: no guarantee to plan
 
 
-def test_the_same_seed_repeats_the_run_exactly(tmp_path, data_dir):
+def test_the_same_seed_repeats_the_run_exactly(seeded_runs):
     """--seed fixes every Keras initialiser too (stage-1 VAE, filter, adversaries, evaluation classifiers),
-    not only TF's op seeds, and the release noise: two runs give the same stage-1 losses, metrics and
-    filter weights."""
-    runs = []
-    for name in ("a", "b"):
-        cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=3, verbose=0, **TINY), str(tmp_path / name))
-        stored = json.load(open(tmp_path / name / "results.json"))
-        runs.append((stored, load_filter(str(tmp_path / name / "filter"))))
-    (a, fa), (b, fb) = runs
+    not only TF's op seeds, and the release noise (and the label noise): two runs give the same stage-1
+    losses, metrics and filter weights."""
+    (a, fa), (b, fb) = [(json.load(open(out / "results.json")), load_filter(str(out / "filter")))
+                        for out, _ in seeded_runs]
     assert a["stage1"]["history"] == b["stage1"]["history"]
     assert a["metrics"] == b["metrics"]  # the released codes too: --seed asked for a reproducible release
     assert a["filter_config"]["release_seed"] == 3 + 7

@@ -1,6 +1,8 @@
 """Tiny GANs and fixed per-example inputs for the GAN tests."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 
@@ -74,3 +76,17 @@ def naive_per_example_grads(model, inputs: dict) -> list[list[np.ndarray]]:
 
 def global_norm(grads) -> float:
     return float(np.sqrt(sum(np.sum(np.square(g)) for g in grads)))
+
+
+def small_test_split(monkeypatch, n: int = 500) -> None:
+    """For one test, `load_dataset` keeps the first n test images (scoring all 10,000 takes most of
+    a tiny run's or re-score's time); the training split, which holds the validation split, stays whole."""
+    import tfpriv.data
+    load = tfpriv.data.load_dataset
+
+    def load_small(*args, **kwargs):
+        data = load(*args, **kwargs)
+        return dataclasses.replace(data, x_test=data.x_test[:n],
+                                   labels_test={k: v[:n] for k, v in data.labels_test.items()})
+
+    monkeypatch.setattr(tfpriv.data, "load_dataset", load_small)

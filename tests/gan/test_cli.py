@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 from absl import flags
 
+from tests.gan.helpers import small_test_split
+from tests.test_release_list import tiny_classifier
 from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.gan import cli
@@ -103,8 +105,11 @@ def test_sample_without_generator_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_results_have_the_common_keys(tmp_path, data_dir):
-    """A tiny non-scored DPGAN run: results.json with the keys every family writes."""
+def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch):
+    """A tiny non-scored DPGAN run: results.json with the keys every family writes. (The evaluation
+    classifier is an untrained stand-in: its scores are not checked here, and the real one would score
+    the 10,000 test images twice.)"""
+    monkeypatch.setattr(cli, "_classifier", lambda s: tiny_classifier())
     out = tmp_path / "run"
     s = read_settings(cli.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20, seed=0,
@@ -134,7 +139,8 @@ def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
     assert g_opt.use_ema and not d_opt.use_ema
 
 
-def test_generator_capacity_and_diversity_weight_reach_the_run_and_are_recorded(tmp_path, data_dir):
+def test_generator_capacity_and_diversity_weight_reach_the_run_and_are_recorded(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setattr(cli, "_classifier", lambda s: tiny_classifier())  # scores not checked: a stand-in
     out = tmp_path / "run"
     s = read_settings(cli.JOB, FLAGS, model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       generator_capacity=3, diversity_weight=0.5, latent_size=4, batch_size=500, epochs=1, max_steps=2, eval_every=0,
@@ -165,6 +171,7 @@ def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_pat
         return fitted[split]
 
     monkeypatch.setattr(eval_classifier, "get_classifier", get_classifier)
+    small_test_split(monkeypatch)  # the networks score the first 500 test images (reference features, real IS)
     out = tmp_path / "run"
     s = read_settings(cli.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=500, epochs=1, max_steps=1, eval_every=0, num_samples=20, seed=0,

@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.gan.helpers import small_test_split
 from tfpriv.gan import rescore
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
@@ -12,19 +13,7 @@ TINY = ["--classifier_depth=8", "--downstream_epochs=1", "--downstream_samples=2
 
 @pytest.fixture(autouse=True)
 def _small_test_split(monkeypatch):
-    """The first 500 test images (scoring all 10,000 takes most of a tiny re-score's time); the
-    training split, which holds the validation split, stays whole."""
-    import dataclasses
-
-    import tfpriv.data
-    load = tfpriv.data.load_dataset
-
-    def load_small(*args, **kwargs):
-        data = load(*args, **kwargs)
-        return dataclasses.replace(data, x_test=data.x_test[:500],
-                                   labels_test={k: v[:500] for k, v in data.labels_test.items()})
-
-    monkeypatch.setattr(tfpriv.data, "load_dataset", load_small)
+    small_test_split(monkeypatch)
 
 
 def make_run(path, held_out: bool, num_classes: int | None = 10, epsilon: float = 2.0):
