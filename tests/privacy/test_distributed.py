@@ -10,17 +10,18 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 
-def _run_script(name: str) -> dict:
-    """Runs tests/privacy/scripts/NAME in a fresh process (2 logical CPUs) and returns its JSON line."""
+@pytest.fixture(scope="module")
+def mirrored() -> dict:
+    """tests/privacy/scripts/mirrored.py run once in a fresh process (2 logical CPUs): its JSON line."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts" / name)],
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts/mirrored.py")],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_mirrored_strategy_adds_the_noise_once_for_the_global_batch():
-    out = _run_script("mirrored_noise.py")
+def test_mirrored_strategy_adds_the_noise_once_for_the_global_batch(mirrored):
+    out = mirrored["noise"]
     assert out["replicas"] == 2
     assert out["steps"] == 1                      # one global step, not one per replica
     # 8200 coordinates: the sample std is within 4% of the truth with overwhelming probability;
@@ -30,10 +31,10 @@ def test_mirrored_strategy_adds_the_noise_once_for_the_global_batch():
     assert out["max_diff_to_one_device"] < 1e-4 * out["noise_scale"]
 
 
-def test_modes_with_groups_of_examples_are_refused_on_two_replicas():
+def test_modes_with_groups_of_examples_are_refused_on_two_replicas(mirrored):
     """Keras splits a batch across replicas by position: batch clipping, micro's psi(batch) and
     multi-example partitions would be computed per replica (audit: sensitivity ratio 1.59 / 1.42)."""
-    out = _run_script("mirrored_refusals.py")
+    out = mirrored["refusals"]
     assert out["replicas"] == 2
     for refused in ("batch", "micro_with_batch_term", "termwise_b4"):
         assert out[refused].startswith("refused: DP engine:"), out[refused]
