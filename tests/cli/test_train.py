@@ -1,10 +1,11 @@
 """`train.py` as users run it: one-line errors with exit code 2, results.json, re-runs, Ctrl-C, --help.
 
 Most tests run train.py's main() in-process (`train_py`: the same flag parsing, flag files
-included); two run the real script in a subprocess (an end-to-end run, and Ctrl-C).
+included); the real script runs in a subprocess for an end-to-end run (`fast_run`, shared) and Ctrl-C.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,24 @@ from tfpriv.cli import main as cli_main
 from tfpriv.errors import UsageError
 
 FAST = ["--epochs=1", "--eval_importance_samples=5", "--eval_examples=50", "--verbose=0", "--seed=3"]
+
+
+SHARED = [*FAST, "--noise_multiplier=1.5", "--accountant=rdp"]
+
+
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):
+    """`python train.py SHARED` (the real script), run once for the tests that read such a run: the
+    end-to-end run, the RDP twin of the PLD run, the first segment of a re-run. A test that writes
+    into the run folder works on its own copy."""
+    out = tmp_path_factory.mktemp("fast_run") / "run"
+    proc = subprocess_train_py(f"--output_dir={out}", *SHARED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def _copy(run, tmp_path):
+    return shutil.copytree(run, tmp_path / "run")
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -89,17 +108,16 @@ def test_epsilon_with_noise_multiplier_or_without_privacy_is_an_error(tmp_path, 
                                    f"--data_dir={data_dir}", "--max_epsilon=3", capsys=capsys), "--max_epsilon", out)
 
 
-def test_accountant_flag_is_used_and_recorded(tmp_path, capsys):
+def test_accountant_flag_is_used_and_recorded(tmp_path, capsys, fast_run):
     """--accountant=pld: the same events, a tighter epsilon, named in results.json; the RDP run of the
-    same command gives the RDP value of the same events (checked against the accounting module)."""
+    same command (`fast_run`) gives the RDP value of the same events (checked against the accounting module)."""
     from tfpriv.privacy.accounting import get_accountant
-    records = {}
+    records = {"rdp": json.loads((fast_run[0] / "results.json").read_text())}
+    proc = train_py(f"--output_dir={tmp_path / 'pld'}", *FAST, "--noise_multiplier=1.5", "--accountant=pld",
+                    capsys=capsys)
+    assert proc.returncode == 0, proc.stderr
+    records["pld"] = json.loads((tmp_path / "pld" / "results.json").read_text())
     for accountant in ("rdp", "pld"):
-        out = tmp_path / accountant
-        proc = train_py(f"--output_dir={out}", *FAST, "--noise_multiplier=1.5", f"--accountant={accountant}",
-                        capsys=capsys)
-        assert proc.returncode == 0, proc.stderr
-        records[accountant] = json.loads((out / "results.json").read_text())
         assert records[accountant]["accountant"] == accountant
     rdp, pld = records["rdp"], records["pld"]
     events = [(rdp["sampling_rate"], rdp["effective_noise_multiplier"], rdp["steps"])]
@@ -137,13 +155,11 @@ def test_output_dir_root_cannot_write_is_refused_before_any_work(tmp_path, capsy
     assert not any(tmp_path.iterdir())
 
 
-def test_rerun_resumes_and_keeps_the_earlier_segments(tmp_path, capsys):
-    out = tmp_path / "run"
-    first = train_py(f"--output_dir={out}", *FAST, capsys=capsys)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_rerun_resumes_and_keeps_the_earlier_segments(tmp_path, capsys, fast_run):
+    out = _copy(fast_run[0], tmp_path)  # the first run: SHARED, 1 epoch
     r1 = json.load(open(out / "results.json"))
     assert r1["epochs"] == r1["planned_epochs"] == 1 and len(r1["segments"]) == 1 and not r1["resumed"]
-    second = train_py(f"--output_dir={out}", *FAST, "--epochs=3", capsys=capsys)
+    second = train_py(f"--output_dir={out}", *SHARED, "--epochs=3", capsys=capsys)
     assert second.returncode == 0, second.stderr[-3000:]
     r2 = json.load(open(out / "results.json"))
     assert r2["resumed"] and r2["epochs"] == r2["planned_epochs"] == 3
@@ -238,11 +254,9 @@ def test_job_errors_name_library_parameters_and_the_cli_maps_them(tmp_path, caps
 
 
 # -- the real script ---------------------------------------------------------------------------------
-def test_a_run_writes_results_and_sample_mode_reads_it(tmp_path, capsys):
-    out = tmp_path / "run"
-    proc = subprocess_train_py(f"--output_dir={out}", *FAST)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "epsilon = " in proc.stdout
+def test_a_run_writes_results_and_sample_mode_reads_it(tmp_path, capsys, fast_run):
+    out = _copy(fast_run[0], tmp_path)
+    assert "epsilon = " in fast_run[1].stdout
     results = json.load(open(out / "results.json"))
     for key in ("model", "dataset", "aggregation", "epsilon", "delta", "noise_multiplier",
                 "effective_noise_multiplier", "sampling_rate", "steps", "epochs", "planned_epochs", "segments",

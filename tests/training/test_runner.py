@@ -1,6 +1,7 @@
 """Private training end to end: one trace for all batch sizes, budget stop, resume continuity."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -91,24 +92,36 @@ def test_memory_stays_flat_and_the_step_is_traced_once_over_epochs_of_poisson_ba
     assert len(rss_mb) == epochs and growth < RSS_TOLERANCE_MB, rss_mb
 
 
-def test_resumed_run_continues_its_epsilon(tmp_path):
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory):
+    """A finished 1-epoch run (its folder and final weights), the first segment of the resume tests;
+    each test resumes a copy of the folder."""
+    keras.utils.set_random_seed(0)
+    folder = tmp_path_factory.mktemp("one_epoch")
     first = vae()
-    fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0)
+    return folder, [w.copy() for w in first.get_weights()]
+
+
+def _resume_copy(one_epoch_run, tmp_path):
+    return shutil.copytree(one_epoch_run[0], tmp_path / "run")
+
+
+def test_resumed_run_continues_its_epsilon(tmp_path, one_epoch_run):
+    folder = _resume_copy(one_epoch_run, tmp_path)
     second = vae()
     p = plan(second, epochs=3)
-    out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
+    out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0)
     assert out["resumed"] and out["epochs_completed"] == 3
     assert out["steps"] == 30   # 10 before the restart + 20 after: continued, not restarted
     assert out["epsilon"] == pytest.approx(RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, 30)], 1e-3))
 
 
-def test_resume_restores_weights_and_optimizer(tmp_path):
-    first = vae()
-    fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
-    saved = [w.copy() for w in first.get_weights()]
+def test_resume_restores_weights_and_optimizer(tmp_path, one_epoch_run):
+    folder, saved = _resume_copy(one_epoch_run, tmp_path), one_epoch_run[1]
     second = vae()
     opt = keras.optimizers.Adam(1e-3)
-    fit_private(second, data(), plan(second, epochs=1), opt, str(tmp_path), seed=1, verbose=0)  # nothing left to do
+    fit_private(second, data(), plan(second, epochs=1), opt, str(folder), seed=1, verbose=0)  # nothing left to do
     for a, b in zip(saved, second.get_weights()):
         np.testing.assert_array_equal(a, b)
 
