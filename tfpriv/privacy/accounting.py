@@ -189,7 +189,6 @@ class RdpAccounting(Accountant):
     def fresh(self) -> dp_accounting.PrivacyAccountant:
         return dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
 
-
     def curve(self, event: dp_accounting.DpEvent) -> np.ndarray:
         """The event's RDP at each of `DEFAULT_ORDERS` (inf where dp_accounting's series does not
         converge): what a composition over a random choice of events (tuning) takes the maximum of."""
