@@ -6,7 +6,9 @@ after every `critic_steps`-th critic step it takes one generator step. The gener
 only the critic and fresh latents/labels (uniform, not the private label marginal), never data:
 it is post-processing of the private critic. With `diversity_weight` > 0 the generator step also
 pairs its fakes (same label, different latents) and adds Mao et al.'s mode-seeking term
-(`tfpriv.gan.diversity`) against collapse within a class: a loss of the generator alone.
+(`tfpriv.gan.diversity`) against collapse within a class; with `saturation_bound` > 0 it adds a
+penalty on the generator's pre-sigmoid values beyond +-bound (`tfpriv.gan.saturation`) against
+the start-up collapse. Both are losses of the generator alone.
 
 The critic's per-example loss pairs real example i with a fake made from its own latent (and,
 conditionally, its own label) and its own interpolation weight: the train step draws them for
@@ -27,6 +29,7 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.gan.diversity import mode_seeking_loss, mode_seeking_ratio
+from tfpriv.gan.saturation import saturation_penalty, with_logits
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.rng import replica_rows, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
@@ -40,7 +43,7 @@ class PrivateWGAN(DPModel):
 
     def __init__(self, generator: keras.Model, critic: keras.Model, latent_size: int = 128,
                  num_classes: int | None = None, critic_steps: int = 1, generator_batch_size: int | None = None,
-                 seed: int | None = None, diversity_weight: float = 0.0, **kwargs):
+                 seed: int | None = None, diversity_weight: float = 0.0, saturation_bound: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         if critic_steps < 1:
             raise ConfigError(f"critic_steps: must be >= 1, got {critic_steps}")
@@ -48,8 +51,12 @@ class PrivateWGAN(DPModel):
             raise ConfigError(f"generator_batch_size: must be >= 1, got {generator_batch_size}")
         if not 0 <= diversity_weight < float("inf"):
             raise ConfigError(f"diversity_weight: must be a finite number >= 0 (0: off), got {diversity_weight}")
+        if not 0 <= saturation_bound < float("inf"):
+            raise ConfigError(f"saturation_bound: must be a finite number >= 0 (0: off), got {saturation_bound}")
         self.generator, self.critic = generator, critic
         self.diversity_weight = float(diversity_weight)
+        self.saturation_bound = float(saturation_bound)
+        self._generator_logits = with_logits(generator) if saturation_bound > 0 else None
         self.latent_size = int(latent_size)
         self.num_classes = num_classes
         self.critic_steps = int(critic_steps)
@@ -120,8 +127,10 @@ class PrivateWGAN(DPModel):
         return ["d_loss", "w_distance", "penalty"] + self.generator_metric_names()
 
     def generator_metric_names(self) -> list[str]:
-        """g_loss: the adversarial part; g_diversity: the mean mode-seeking ratio of the paired fakes."""
-        return ["g_loss"] + (["g_diversity"] if self.diversity_weight > 0 else [])
+        """g_loss: the adversarial part; g_diversity: the mean mode-seeking ratio of the paired fakes;
+        g_saturation: the mean saturation penalty."""
+        return (["g_loss"] + (["g_diversity"] if self.diversity_weight > 0 else [])
+                + (["g_saturation"] if self.saturation_bound > 0 else []))
 
     # -- inputs --------------------------------------------------------------------------------
     def _latent(self, n) -> tf.Tensor:
@@ -190,9 +199,15 @@ class PrivateWGAN(DPModel):
         labels = self._generator_labels(rows) if self.conditional else None  # drawn before the latents
         latent = self._latent(rows)
         with tf.GradientTape() as tape:
-            fake = self.generator(self._generator_in(latent, labels), training=True)
+            if self._generator_logits is None:
+                fake = self.generator(self._generator_in(latent, labels), training=True)
+            else:
+                fake, logits = self._generator_logits(self._generator_in(latent, labels), training=True)
             losses = self.generator_loss(self.critic(self._critic_in(fake, labels), training=True))
             loss = tf.reduce_sum(losses) / n
+            if self._generator_logits is not None:
+                saturation = saturation_penalty(logits, self.saturation_bound)
+                loss += tf.reduce_sum(saturation) / n
             if self.diversity_weight > 0:
                 pairs = rows // 2
                 ratio = mode_seeking_ratio(fake[:pairs], fake[pairs:2 * pairs], latent[:pairs], latent[pairs:2 * pairs])
@@ -202,6 +217,8 @@ class PrivateWGAN(DPModel):
         out = {"g_loss": tf.reduce_mean(losses)}
         if self.diversity_weight > 0:
             out["g_diversity"] = tf.reduce_mean(ratio)
+        if self._generator_logits is not None:
+            out["g_saturation"] = tf.reduce_mean(saturation)
         return out
 
     def after_private_step(self) -> dict:

@@ -38,6 +38,9 @@ flags.DEFINE_integer("generator_capacity", None, "Generator width, if it should 
                      "post-processing: its size adds no noise (the critic's does, with the square root of its weights).")
 flags.DEFINE_float("diversity_weight", 0.0, "Weight of the generator's mode-seeking term (Mao et al. 2019): pairs of "
                    "fakes with one label and different latents are pushed apart (0: off). Post-processing: no privacy cost.")
+flags.DEFINE_float("saturation_bound", 0.0, "Penalise the generator's pre-sigmoid values beyond +-bound (mean of "
+                   "(|x| - bound)^2 over pixels; 0: off), against the start-up collapse in which they sink so far "
+                   "below 0 that every image is blank and the generator stops learning. Post-processing: no privacy cost.")
 flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
 flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
                    "(0: off, only with --gan_loss=logistic).")
@@ -87,6 +90,7 @@ class GanSettings(PrivateSettings):
     capacity: int
     generator_capacity: int | None
     diversity_weight: float
+    saturation_bound: float
     gp_weight: float
     weight_clip: float
     gan_loss: str
@@ -146,6 +150,8 @@ def validate(s: GanSettings) -> None:
          s.diversity_weight)
     need("batch_size", s.diversity_weight == 0 or s.batch_size >= 2,
          ">= 2 with --diversity_weight (the generator pairs its fakes)", s.batch_size)
+    need("saturation_bound", math.isfinite(s.saturation_bound) and s.saturation_bound >= 0, "a finite number >= 0 (0: off)",
+         s.saturation_bound)
     need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
     need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip >= 0, "a finite number >= 0 (0: off)", s.weight_clip)
     need("gan_loss", s.gan_loss in GAN_LOSSES, f"one of {', '.join(GAN_LOSSES)}", repr(s.gan_loss))
@@ -256,11 +262,13 @@ class GanRun(pipeline.TrainingRun):
         if s.model == "dpwgan_gp":
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
                                            seed=self.seed, generator_batch_size=s.batch_size,
-                                           generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight)
+                                           generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight,
+                                           saturation_bound=s.saturation_bound)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
                                      seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss,
-                                     generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight)
+                                     generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight,
+                                     saturation_bound=s.saturation_bound)
         optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
         # The critic updates every step, the generator every critic_steps-th: each decays over its own updates.
         d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))
