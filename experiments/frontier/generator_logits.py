@@ -26,11 +26,10 @@ def main() -> None:
     from tfpriv.gan.architectures import build_generator
     from tfpriv.gan.saturation import LOGITS_LAYER
 
-    reader = tf.train.load_checkpoint(args.checkpoint)
     generator = build_generator(args.capacity, args.latent_size, 10)
-    for k, layer in enumerate(layer for layer in generator.layers if layer.weights):
-        key = f"model/generator/layer_with_weights-{k}/{{}}/.ATTRIBUTES/VARIABLE_VALUE"
-        layer.set_weights([reader.get_tensor(key.format("kernel")), reader.get_tensor(key.format("bias"))])
+    nets = tf.train.Checkpoint(generator=generator)  # not the critic or the optimizers
+    tf.train.Checkpoint(model=nets).restore(args.checkpoint).expect_partial()
+    reader = tf.train.load_checkpoint(args.checkpoint)
     logits_model = keras.Model(generator.inputs, generator.get_layer(LOGITS_LAYER).output)
     latent = np.random.default_rng(0).normal(size=(512, args.latent_size)).astype(np.float32)
     x = logits_model([latent, np.arange(512, dtype=np.int32) % 10]).numpy().astype(np.float64)

@@ -5,7 +5,7 @@ critic learns "a bright background is fake" (MNIST is ~80 % black) and the gener
 it with Adam, drives every x far below 0: in a stalled run (`flags/dpwgan_gp_mnist_eps10.cfg`,
 seed 0, TF 2.21, 1,170 critic steps) x had mean -55 and 95th percentile -28, so sigmoid'(x) < 1e-12,
 every image was blank and the generator's gradient vanished while the critic's steps spent privacy
-(experiments/dpwgan/README.md, "start-up collapse"). The term
+(experiments/frontier/README.md). The term
     s_i = mean_pixels relu(|x_ij| - bound)^2
 pulls x back inside [-bound, bound], where sigmoid' >= sigmoid'(bound). It is a loss of the generator
 alone, on fresh latents: post-processing of the private critic, no privacy cost.
