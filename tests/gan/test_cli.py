@@ -29,6 +29,8 @@ def _parsed():
     ("dpwgan_gp", {"diversity_weight": -1.0}, "--diversity_weight: must be a finite number >= 0 (0: off), got -1.0"),
     ("dpwgan_gp", {"diversity_weight": 1.0, "batch_size": 1}, "--batch_size: must be >= 2 with --diversity_weight"),
     ("dpgan", {"saturation_bound": -1.0}, "--saturation_bound: must be a finite number >= 0 (0: off), got -1.0"),
+    ("dpwgan_gp", {"noise_multiplicity": 0}, "--noise_multiplicity: must be >= 1 (1: one fake per example), got 0"),
+    ("dpgan", {"noise_multiplicity": 2}, "--noise_multiplicity: an example's loss spans its K fakes"),
     ("dpwgan_gp", {"critic_steps": 0}, "--critic_steps: must be >= 1, got 0"),
     ("dpwgan_gp", {"gp_weight": -1.0}, "--gp_weight: must be a finite number >= 0, got -1.0"),
     ("dpgan", {"weight_clip": -1.0}, "--weight_clip: must be a finite number >= 0 (0: off), got -1.0"),
@@ -140,11 +142,12 @@ def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
     assert g_opt.use_ema and not d_opt.use_ema
 
 
-def test_generator_capacity_diversity_weight_and_saturation_bound_reach_the_run_and_are_recorded(tmp_path, data_dir, monkeypatch):
+def test_generator_and_critic_loss_settings_reach_the_run_and_are_recorded(tmp_path, data_dir, monkeypatch):
     monkeypatch.setattr(cli, "_classifier", lambda s: tiny_classifier())  # scores not checked: a stand-in
     out = tmp_path / "run"
     s = read_settings(cli.JOB, FLAGS, model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
-                      generator_capacity=3, diversity_weight=0.5, saturation_bound=0.05, latent_size=4, batch_size=500,
+                      generator_capacity=3, diversity_weight=0.5, saturation_bound=0.05, noise_multiplicity=2,
+                      latent_size=4, batch_size=500,
                       epochs=1, max_steps=2, eval_every=0,
                       num_samples=20, seed=0, verbose=0)
     cli.run(s, str(out))
@@ -152,6 +155,7 @@ def test_generator_capacity_diversity_weight_and_saturation_bound_reach_the_run_
     assert stored["gan"]["capacity"] == 2 and stored["gan"]["generator_capacity"] == 3
     assert stored["gan"]["diversity_weight"] == 0.5 and stored["history"]["g_diversity"][-1] > 0
     assert stored["gan"]["saturation_bound"] == 0.05 and stored["history"]["g_saturation"][-1] > 0
+    assert stored["gan"]["noise_multiplicity"] == 2 and stored["steps"] == 2
     assert json.load(open(out / "gan.json"))["generator_capacity"] == 3
     generator = keras.models.load_model(out / "generator.keras", compile=False)
     assert generator.get_layer("deconv2").filters == 3

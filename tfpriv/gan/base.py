@@ -10,17 +10,24 @@ pairs its fakes (same label, different latents) and adds Mao et al.'s mode-seeki
 penalty on the generator's pre-sigmoid values beyond +-bound (`tfpriv.gan.saturation`) against
 the start-up collapse. Both are losses of the generator alone.
 
+With `noise_multiplicity` K > 1 (DPDM's noise multiplicity, Dockhorn et al. 2023, eq. 6) example
+i's critic loss is the mean of its terms over K fakes and K interpolation weights of its own: the
+same one example's loss, so the same clip C and sensitivity, with the variance of the fake and
+gradient-penalty draws divided by K, at K times the critic's compute. Those draws are the
+mechanism's, not data, so they cost no privacy. Per-example clipping only (`per_example` or
+`vectorized`): ghost-norm (`fast`) clipping would take the K rows of one example for K examples.
+
 The critic's per-example loss pairs real example i with a fake made from its own latent (and,
 conditionally, its own label) and its own interpolation weight: the train step draws them for
 the batch's dynamic (Poisson) size and passes them to the engine as per-example inputs, so
-example i's term depends on row i only. The engine clips the gradient of each example's loss
+example i's term depends on row i only (with K > 1: its K fakes and weights, drawn as row i). The engine clips the gradient of each example's loss
 over ALL critic variables jointly at C, adds N(0, (zC)^2) to the sum once and divides by the
 expected batch size. How it obtains the per-example gradients is `DPConfig.clipping`: the
 DP-WGAN-GP default is `per_example` (each example's loss alone under `tf.vectorized_map`, exact
 for the gradient penalty), DPGAN's is `fast`.
 
 Batches are dicts {"image": [B, 28, 28, 1]} (+ "label": [B] int32 when conditional); the
-critic's inputs add "fake" [B, 28, 28, 1] and "mix" [B].
+critic's inputs add "fake" [B, 28, 28, 1] and "mix" [B] ([B, K, 28, 28, 1] and [B, K] with K > 1).
 """
 from __future__ import annotations
 
@@ -43,7 +50,8 @@ class PrivateWGAN(DPModel):
 
     def __init__(self, generator: keras.Model, critic: keras.Model, latent_size: int = 128,
                  num_classes: int | None = None, critic_steps: int = 1, generator_batch_size: int | None = None,
-                 seed: int | None = None, diversity_weight: float = 0.0, saturation_bound: float = 0.0, **kwargs):
+                 seed: int | None = None, diversity_weight: float = 0.0, saturation_bound: float = 0.0,
+                 noise_multiplicity: int = 1, **kwargs):
         super().__init__(**kwargs)
         if critic_steps < 1:
             raise ConfigError(f"critic_steps: must be >= 1, got {critic_steps}")
@@ -53,7 +61,10 @@ class PrivateWGAN(DPModel):
             raise ConfigError(f"diversity_weight: must be a finite number >= 0 (0: off), got {diversity_weight}")
         if not 0 <= saturation_bound < float("inf"):
             raise ConfigError(f"saturation_bound: must be a finite number >= 0 (0: off), got {saturation_bound}")
+        if isinstance(noise_multiplicity, bool) or int(noise_multiplicity) != noise_multiplicity or noise_multiplicity < 1:
+            raise ConfigError(f"noise_multiplicity: must be an integer >= 1 (1: one fake per example), got {noise_multiplicity}")
         self.generator, self.critic = generator, critic
+        self.noise_multiplicity = int(noise_multiplicity)
         self.diversity_weight = float(diversity_weight)
         self.saturation_bound = float(saturation_bound)
         self._generator_logits = with_logits(generator) if saturation_bound > 0 else None
@@ -75,6 +86,9 @@ class PrivateWGAN(DPModel):
         if dp.private and dp.aggregation != "micro":
             raise ConfigError(f"aggregation: a private GAN critic needs per-example clipping (micro), got {dp.aggregation!r}")
         self.check_config(dp)
+        if dp.private and self.noise_multiplicity > 1 and dp.clipping == "fast":
+            raise ConfigError("noise_multiplicity: with K > 1 an example's loss spans K rows, which fast (ghost-norm) "
+                              "clipping would clip as K examples; use clipping='per_example' or 'vectorized'")
         replicas = self.distribute_strategy.num_replicas_in_sync
         if self.critic_steps > 1 and replicas > 1:
             raise ConfigError(f"critic_steps: {self.critic_steps} > 1 puts the generator step in a conditional, "
@@ -120,8 +134,17 @@ class PrivateWGAN(DPModel):
         return {"adversary_keys": ("image", "label"), "num_classes": self.num_classes or 10, "graph": True}
 
     def loss_terms(self, inputs, layout: BatchLayout, training: bool = True) -> LossTerms:
-        """The engine's loss: example i's terms from row i of image/fake/mix/label only."""
-        return LossTerms(sample=self.critic_terms(inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]))
+        """The engine's loss: example i's terms from row i of image/fake/mix/label only (with K > 1 the
+        mean of its K draws' terms)."""
+        real, fake, labels, mix = inputs["image"], inputs["fake"], inputs.get("label"), inputs["mix"]
+        k = self.noise_multiplicity
+        if k == 1:
+            return LossTerms(sample=self.critic_terms(real, fake, labels, mix))
+        rows = tf.shape(real)[0]
+        terms = self.critic_terms(tf.repeat(real, k, axis=0), tf.reshape(fake, tf.shape(tf.repeat(real, k, axis=0))),
+                                  None if labels is None else tf.repeat(labels, k, axis=0), tf.reshape(mix, [-1]))
+        return LossTerms(sample={name: tf.reduce_mean(tf.reshape(term, [rows, k]), axis=1)
+                                 for name, term in terms.items()})
 
     def metric_names(self) -> list[str]:
         return ["d_loss", "w_distance", "penalty"] + self.generator_metric_names()
@@ -153,14 +176,24 @@ class PrivateWGAN(DPModel):
         return self.generator(self._generator_in(self._latent(n), labels), training=False)
 
     def critic_inputs(self, batch) -> dict:
-        """The real batch plus each example's fake (its own latent and label) and mixing weight."""
+        """The real batch plus each example's fake (its own latent and label) and mixing weight; with
+        K > 1 its K fakes and weights (row i of one draw each, so they stay the example's own)."""
         if self.conditional and "label" not in batch:
             raise ConfigError("a conditional GAN needs batches with a 'label' entry")
         real = batch["image"]
         n = tf.shape(real)[0]
         labels = batch.get("label") if self.conditional else None
-        fake = self.generator(self._generator_in(self._latent(n), labels), training=True)
-        out = {"image": real, "fake": tf.stop_gradient(fake), "mix": self.rng.uniform(tf.reshape(n, [1]))}
+        k = self.noise_multiplicity
+        if k == 1:
+            fake = self.generator(self._generator_in(self._latent(n), labels), training=True)
+            mix = self.rng.uniform(tf.reshape(n, [1]))
+        else:
+            latent = tf.reshape(self.rng.normal(tf.stack([n, k * self.latent_size])), [-1, self.latent_size])
+            fake_labels = None if labels is None else tf.repeat(labels, k, axis=0)
+            fake = self.generator(self._generator_in(latent, fake_labels), training=True)
+            fake = tf.reshape(fake, tf.concat([[n, k], tf.shape(fake)[1:]], axis=0))
+            mix = self.rng.uniform(tf.stack([n, k]))
+        out = {"image": real, "fake": tf.stop_gradient(fake), "mix": mix}
         if self.conditional:
             out["label"] = tf.cast(labels, tf.int32)
         return out

@@ -41,6 +41,9 @@ flags.DEFINE_float("diversity_weight", 0.0, "Weight of the generator's mode-seek
 flags.DEFINE_float("saturation_bound", 0.0, "Penalise the generator's pre-sigmoid values beyond +-bound (mean of "
                    "(|x| - bound)^2 over pixels; 0: off), against the start-up collapse in which they sink so far "
                    "below 0 that every image is blank and the generator stops learning. Post-processing: no privacy cost.")
+flags.DEFINE_integer("noise_multiplicity", 1, "Fakes and interpolation weights per real example in the critic's loss, "
+                     "averaged within the example (DPDM's noise multiplicity): the same clip and epsilon, less variance "
+                     "in the loss, K times the critic's compute. Needs per-example clipping (not --clipping=fast).")
 flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
 flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
                    "(0: off, only with --gan_loss=logistic).")
@@ -91,6 +94,7 @@ class GanSettings(PrivateSettings):
     generator_capacity: int | None
     diversity_weight: float
     saturation_bound: float
+    noise_multiplicity: int
     gp_weight: float
     weight_clip: float
     gan_loss: str
@@ -152,6 +156,7 @@ def validate(s: GanSettings) -> None:
          ">= 2 with --diversity_weight (the generator pairs its fakes)", s.batch_size)
     need("saturation_bound", math.isfinite(s.saturation_bound) and s.saturation_bound >= 0, "a finite number >= 0 (0: off)",
          s.saturation_bound)
+    need("noise_multiplicity", s.noise_multiplicity >= 1, ">= 1 (1: one fake per example)", s.noise_multiplicity)
     need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
     need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip >= 0, "a finite number >= 0 (0: off)", s.weight_clip)
     need("gan_loss", s.gan_loss in GAN_LOSSES, f"one of {', '.join(GAN_LOSSES)}", repr(s.gan_loss))
@@ -179,6 +184,9 @@ def validate(s: GanSettings) -> None:
     need("max_steps", s.max_steps >= 0, ">= 0", s.max_steps)
     if s.model == "dpwgan_gp" and s.aggregation == "micro" and s.clipping == "fast" and s.gp_weight > 0:
         raise UsageError("--clipping: fast (ghost-norm) clipping is not exact for the gradient penalty; use per_example")
+    if s.aggregation == "micro" and s.clipping == "fast" and s.noise_multiplicity > 1:
+        raise UsageError("--noise_multiplicity: an example's loss spans its K fakes, which fast (ghost-norm) clipping "
+                         "would clip as K examples; use --clipping=per_example")
     if s.aggregation == "micro":
         need("l2_norm_clip", math.isfinite(s.l2_norm_clip) and s.l2_norm_clip > 0, "a positive finite number", s.l2_norm_clip)
         need("noise_multiplier", math.isfinite(s.noise_multiplier) and s.noise_multiplier >= 0, "a finite number >= 0",
@@ -263,12 +271,12 @@ class GanRun(pipeline.TrainingRun):
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
                                            seed=self.seed, generator_batch_size=s.batch_size,
                                            generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight,
-                                           saturation_bound=s.saturation_bound)
+                                           saturation_bound=s.saturation_bound, noise_multiplicity=s.noise_multiplicity)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
                                      seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss,
                                      generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight,
-                                     saturation_bound=s.saturation_bound)
+                                     saturation_bound=s.saturation_bound, noise_multiplicity=s.noise_multiplicity)
         optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
         # The critic updates every step, the generator every critic_steps-th: each decays over its own updates.
         d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))

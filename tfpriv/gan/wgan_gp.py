@@ -82,12 +82,15 @@ class DPWGANGP(PrivateWGAN):
 def make_dpwgan_gp(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                    critic_steps: int = 1, gp_weight: float = GP_WEIGHT, seed: int | None = None,
                    generator_batch_size: int | None = None, generator_capacity: int | None = None,
-                   diversity_weight: float = 0.0, saturation_bound: float = 0.0) -> DPWGANGP:
+                   diversity_weight: float = 0.0, saturation_bound: float = 0.0,
+                   noise_multiplicity: int = 1) -> DPWGANGP:
     """The source paper's architecture at `capacity` (the generator at `generator_capacity`, default the
     same), optionally class-conditional; `diversity_weight`, `saturation_bound`: the generator's mode-seeking
-    term and saturation penalty (`PrivateWGAN`)."""
+    term and saturation penalty; `noise_multiplicity`: fakes and interpolation weights per example in the
+    critic's loss (`PrivateWGAN`)."""
     return DPWGANGP(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes),
                     build_critic(capacity, num_classes),
                     gp_weight=gp_weight, latent_size=latent_size, num_classes=num_classes,
                     critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
-                    diversity_weight=diversity_weight, saturation_bound=saturation_bound, name="dpwgan_gp")
+                    diversity_weight=diversity_weight, saturation_bound=saturation_bound,
+                    noise_multiplicity=noise_multiplicity, name="dpwgan_gp")
