@@ -11,23 +11,25 @@ penalty on the generator's pre-sigmoid values beyond +-bound (`tfpriv.gan.satura
 the start-up collapse. Both are losses of the generator alone.
 
 With `noise_multiplicity` K > 1 (DPDM's noise multiplicity, Dockhorn et al. 2023, eq. 6) example
-i's critic loss is the mean of its terms over K fakes and K interpolation weights of its own: the
-same one example's loss, so the same clip C and sensitivity, with the variance of the fake and
-gradient-penalty draws divided by K, at K times the critic's compute. Those draws are the
-mechanism's, not data, so they cost no privacy. Per-example clipping only (`per_example` or
-`vectorized`): ghost-norm (`fast`) clipping would take the K rows of one example for K examples.
+i's critic loss is the mean of its terms over K fakes and K interpolation weights of its own: still
+one example's loss, so the same clip C and sensitivity, at about K times the critic's compute. The
+draws are the mechanism's, not data, so they cost no privacy. Averaging them before clipping makes
+each example's clipped gradient point closer to its expected direction (measured in
+experiments/frontier). Per-example clipping only (`per_example` or `vectorized`): ghost-norm
+(`fast`) clipping would take the K rows of one example for K examples.
 
 The critic's per-example loss pairs real example i with a fake made from its own latent (and,
 conditionally, its own label) and its own interpolation weight: the train step draws them for
 the batch's dynamic (Poisson) size and passes them to the engine as per-example inputs, so
-example i's term depends on row i only (with K > 1: its K fakes and weights, drawn as row i). The engine clips the gradient of each example's loss
-over ALL critic variables jointly at C, adds N(0, (zC)^2) to the sum once and divides by the
-expected batch size. How it obtains the per-example gradients is `DPConfig.clipping`: the
-DP-WGAN-GP default is `per_example` (each example's loss alone under `tf.vectorized_map`, exact
-for the gradient penalty), DPGAN's is `fast`.
+example i's term depends on row i only (with K > 1: its K fakes and weights, drawn as row i).
+The engine clips the gradient of each example's loss over ALL critic variables jointly at C, adds
+N(0, (zC)^2) to the sum once and divides by the expected batch size. How it obtains the
+per-example gradients is `DPConfig.clipping`: the DP-WGAN-GP default is `per_example` (each
+example's loss alone under `tf.vectorized_map`, exact for the gradient penalty), DPGAN's is `fast`.
 
 Batches are dicts {"image": [B, 28, 28, 1]} (+ "label": [B] int32 when conditional); the
-critic's inputs add "fake" [B, 28, 28, 1] and "mix" [B] ([B, K, 28, 28, 1] and [B, K] with K > 1).
+critic's inputs add "fake" [B, 28, 28, 1] and "mix" [B] (with K > 1: [B, K, 28, 28, 1] and
+[B, K]).
 """
 from __future__ import annotations
 
@@ -140,8 +142,8 @@ class PrivateWGAN(DPModel):
         k = self.noise_multiplicity
         if k == 1:
             return LossTerms(sample=self.critic_terms(real, fake, labels, mix))
-        rows = tf.shape(real)[0]
-        terms = self.critic_terms(tf.repeat(real, k, axis=0), tf.reshape(fake, tf.shape(tf.repeat(real, k, axis=0))),
+        rows, real = tf.shape(real)[0], tf.repeat(real, k, axis=0)  # row i*K + j: example i, draw j
+        terms = self.critic_terms(real, tf.reshape(fake, tf.shape(real)),
                                   None if labels is None else tf.repeat(labels, k, axis=0), tf.reshape(mix, [-1]))
         return LossTerms(sample={name: tf.reduce_mean(tf.reshape(term, [rows, k]), axis=1)
                                  for name, term in terms.items()})
