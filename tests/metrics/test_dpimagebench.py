@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.metrics import dpimagebench
 from tfpriv.metrics.resnet import resnet
@@ -98,3 +99,27 @@ def test_evaluate_records_each_classifier_and_the_selections_epsilon():
                                       seed=0)
     assert synthetic["selection"] == {"mode": "synthetic_validation", "validation_examples": 4, "selections": 1,
                                       "epsilon": 0.0}
+
+
+
+@pytest.mark.parametrize("epochs,step", [(50, 20), (10, 4), (6, 2), (3, 1), (2, 1), (1, 1)])
+def test_the_learning_rate_steps_at_the_sources_fractions_of_the_run(epochs, step):
+    """50 epochs: the source's ÷5 every 20 epochs; a shortened run steps at 40 % and 80 % of its epochs."""
+    assert dpimagebench.lr_step_epochs(epochs) == step
+
+
+def test_every_step_of_an_epoch_uses_that_epochs_rate():
+    """Epochs 1, 2, 3 of a 3-epoch run at 0.01, 0.002, 0.0004, from the epoch's first step (torch's StepLR)."""
+    images, labels = tiny_images(512)  # two steps per epoch at batch 256
+    model = resnet(depth=8, seed=0)
+    rates = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            rates.append(float(self.model.optimizer.learning_rate))
+
+    fit = model.fit
+    model.fit = lambda *args, **kwargs: fit(*args, **{**kwargs, "callbacks": kwargs["callbacks"] + [Record()]})
+    dpimagebench.train_and_select(model, images, labels, images[:10], labels[:10], RecordingSelection(model, 1),
+                                  epochs=3)
+    np.testing.assert_allclose(rates, [0.01, 0.01, 0.002, 0.002, 0.0004, 0.0004], rtol=1e-6)

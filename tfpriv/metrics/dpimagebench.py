@@ -8,9 +8,10 @@ What the source does for 28x28 images (MNIST, Fashion-MNIST), and this module wi
     numpy permutation with seed 0: both public and fixed);
   * 60,000 synthetic images with labels; shuffled with seed 0, the first 55,000 train the classifier
     (n - n // 12 of n here; the last n // 12 are the synthetic validation set of `eval.mode=syn`);
-  * Adam, learning rate 0.01 divided by 5 every 20 epochs, batch 256, 50 epochs, inputs scaled to
-    [-1, 1], an EMA of the weights (decay 0.9999 with the warm-up min(decay, (1 + n) / (10 + n)))
-    evaluated after every epoch;
+  * Adam, learning rate 0.01 divided by 5 every 20 epochs, batch 256, 50 epochs (a shortened run
+    steps at the same fractions of its epochs: `lr_step_epochs`), inputs scaled to [-1, 1], an
+    EMA of the weights (decay 0.9999 with the warm-up min(decay, (1 + n) / (10 + n))) evaluated
+    after every epoch;
   * `eval.mode=val` (their default): after every epoch the number of correct predictions on the
     sensitive validation set plus Laplace noise of scale 1/epsilon; the epoch with the largest
     noisy count (ties: the later one) is selected. `eval.mode=syn`: the epoch with the best
@@ -142,13 +143,24 @@ def count_correct(model: keras.Model, images: np.ndarray, labels: np.ndarray, ba
     return int(np.sum(np.argmax(logits, axis=1) == np.asarray(labels)))
 
 
+def lr_step_epochs(epochs: int) -> int:
+    """Epochs between the learning rate's steps (÷5): the source's 20 for its 50 epochs, and for a
+    shortened run the same fraction of it (40 %: steps at 40 % and 80 % of the epochs). A run
+    shortened below 20 epochs with the source's 20 would never step, and its EMA weights, taken
+    while the rate is still 0.01, score far lower (experiments/frontier: 67.7 % against 82.9 % on
+    the test split after 3 of 6 epochs, one generator)."""
+    return max(1, round(LR_STEP_EPOCHS * epochs / EPOCHS))
+
+
 def train_and_select(model: keras.Model, images: np.ndarray, labels: np.ndarray, val_images: np.ndarray,
                      val_labels: np.ndarray, selection: NoisySelection, epochs: int = EPOCHS,
                      batch_size: int = BATCH_SIZE, verbose: int = 0) -> int:
     """Trains `model` (logits) on (images, labels) as the source does and leaves in it the EMA
     weights of the epoch `selection` chose on (val_images, val_labels); returns that epoch (1-based)."""
     steps_per_epoch = math.ceil(len(images) / batch_size)
-    boundaries = [steps_per_epoch * LR_STEP_EPOCHS * k for k in range(1, max(1, math.ceil(epochs / LR_STEP_EPOCHS)))]
+    step = lr_step_epochs(epochs)
+    # The rate of step s (0-based) is rates[number of boundaries < s]: each epoch's first step takes its new rate.
+    boundaries = [steps_per_epoch * step * k - 1 for k in range(1, math.ceil(epochs / step))]
     rates = [LEARNING_RATE * LR_GAMMA ** k for k in range(len(boundaries) + 1)]
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, rates) if boundaries else LEARNING_RATE
     model.compile(keras.optimizers.Adam(schedule),
@@ -213,6 +225,7 @@ def evaluate(images: np.ndarray, labels: np.ndarray, test_images: np.ndarray, te
                                  epochs=epochs, verbose=verbose)
         accuracy = count_correct(model, test_images, test_labels) / len(test_labels)
         results[name] = {"test_accuracy": accuracy, "selected_epoch": epoch, "epochs": epochs, "depth": depth,
+                         "lr_step_epochs": lr_step_epochs(epochs),
                          "train_examples": int(len(train_idx)), "seconds": time.time() - start}
         if progress:
             progress(f"{name}: test accuracy {accuracy:.4f} (epoch {epoch} of {epochs})")
