@@ -42,8 +42,8 @@ flags.DEFINE_float("saturation_bound", 0.0, "Penalise the generator's pre-sigmoi
                    "(|x| - bound)^2 over pixels; 0: off), against the start-up collapse in which they sink so far "
                    "below 0 that every image is blank and the generator stops learning. Post-processing: no privacy cost.")
 flags.DEFINE_integer("noise_multiplicity", 1, "Fakes and interpolation weights per real example in the critic's loss, "
-                     "averaged within the example (DPDM's noise multiplicity): the same clip and epsilon, less variance "
-                     "in the loss, K times the critic's compute. Needs per-example clipping (not --clipping=fast).")
+                     "averaged within the example before clipping (DPDM's noise multiplicity): the same clip and epsilon, "
+                     "about K times the critic's compute. Needs per-example clipping (not --clipping=fast).")
 flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
 flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
                    "(0: off, only with --gan_loss=logistic).")
