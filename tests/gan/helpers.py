@@ -78,6 +78,12 @@ def global_norm(grads) -> float:
     return float(np.sqrt(sum(np.sum(np.square(g)) for g in grads)))
 
 
+def clip_jointly(grads, c: float) -> list:
+    """One example's gradients scaled together to global norm <= c (the naive clip)."""
+    n = global_norm(grads)
+    return [g * min(1.0, c / max(n, 1e-12)) for g in grads]
+
+
 def small_test_split(monkeypatch, n: int = 500) -> None:
     """For one test, `load_dataset` keeps the first n test images (scoring all 10,000 takes most of
     a tiny run's or re-score's time); the training split, which holds the validation split, stays whole."""

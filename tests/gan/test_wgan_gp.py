@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.gan.helpers import (critic_inputs, dp, global_norm, naive_per_example_grads, real_batch, row,
+from tests.gan.helpers import (clip_jointly, critic_inputs, dp, global_norm, naive_per_example_grads, real_batch, row,
                                tiny_wgan)
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
@@ -24,18 +24,13 @@ def cond_model():
     return model
 
 
-def _clip(grads, c):
-    n = global_norm(grads)
-    return [g * min(1.0, c / max(n, 1e-12)) for g in grads]
-
-
 def test_clipped_sum_equals_naive_per_example_loop_not_clip_of_average(cond_model):
     inputs = critic_inputs(6, conditional=True, seed=1)
     naive = naive_per_example_grads(cond_model, inputs)
     norms = np.array([global_norm(g) for g in naive])
     clip = float(np.median(norms))  # half the examples are clipped, half are not
     assert (norms > clip * 1.01).sum() >= 2 and (norms < clip * 0.99).sum() >= 2
-    expected = [sum(parts) for parts in zip(*[_clip(g, clip) for g in naive])]
+    expected = [sum(parts) for parts in zip(*[clip_jointly(g, clip) for g in naive])]
     # Both exact per-example paths of the engine: vmap over examples and tape.jacobian.
     assert cond_model.engine.per_example
     for clipping in ("per_example", "vectorized"):
@@ -46,7 +41,7 @@ def test_clipped_sum_equals_naive_per_example_loop_not_clip_of_average(cond_mode
         for got, want in zip(out["sample"], expected):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-6)
     # The wrong recipe (clip the summed/averaged gradient) gives a different answer.
-    wrong = _clip([sum(parts) for parts in zip(*naive)], clip)
+    wrong = clip_jointly([sum(parts) for parts in zip(*naive)], clip)
     assert global_norm([a - b for a, b in zip(wrong, expected)]) > 0.1 * clip
 
 
@@ -80,7 +75,7 @@ def test_whole_critic_is_clipped_jointly(cond_model):
     for c, r in zip(clipped, raw):  # one factor for all groups (kernels, biases, every layer)
         np.testing.assert_allclose(c, factor * r, rtol=1e-4, atol=1e-9)
     # Group-wise clipping would have left each of the 8 groups at up to C: a norm far above C.
-    groupwise = [_clip([r], clip)[0] for r in raw]
+    groupwise = [clip_jointly([r], clip)[0] for r in raw]
     assert global_norm(groupwise) > 2 * clip
     # The accountant sees sensitivity 1 in units of that joint C.
     assert engine.effective_noise_multiplier == pytest.approx(1.0)
