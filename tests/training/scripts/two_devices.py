@@ -1,5 +1,7 @@
-"""Run in a fresh process: each family trained by `fit_private` for 4 Poisson steps without noise
-on one device and under MirroredStrategy over 2 logical CPUs, same data and seeds. Prints JSON:
+"""Run in a fresh process: each family trained by `fit_private` (and a Keras LSTM classifier by
+`make_private` and `fit`, whose per-example gradients run one example after another: `map_examples`)
+for 4 Poisson steps without noise on one device and under MirroredStrategy over 2 logical CPUs, same
+data and seeds. Prints JSON:
 per family, the largest weight difference between the two runs (and the largest weight), and
 the steps each run's ledger counted. Families given as arguments, else all."""
 import json
@@ -9,6 +11,7 @@ import types
 
 import numpy as np
 
+import tfpriv
 from tfpriv.compat import keras
 from tfpriv.training.distribute import make_strategy, split_cpu
 
@@ -58,10 +61,29 @@ def dpgan():
     return _gan(make_dpgan, rmsprop)
 
 
-FAMILIES = {"vae": vae, "filter_stage1": filter_stage1, "dpwgan_gp": dpwgan_gp, "dpgan": dpgan}
+def lstm_make_private():
+    """Embedding -> LSTM -> Dense through `make_private` (pfor cannot vectorize the LSTM's backward pass)."""
+    L = keras.layers
+    model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8), L.Dense(3)])
+    config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.0, clipping="per_example", seed=5)
+    dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy", config, num_examples=N, batch_size=B,
+                                   delta=1e-3)
+    dp_model.compile(optimizer=keras.optimizers.SGD(0.5))
+    rng = np.random.default_rng(3)
+    return dp_model, (rng.integers(0, 50, (N, 6)).astype(np.int32), rng.integers(0, 3, N))
+
+
+FAMILIES = {"vae": vae, "filter_stage1": filter_stage1, "dpwgan_gp": dpwgan_gp, "dpgan": dpgan,
+            "lstm_make_private": lstm_make_private}
 
 
 def run(family: str, strategy):
+    if family == "lstm_make_private":
+        with strategy.scope():
+            keras.utils.set_random_seed(0)
+            model, (x, y) = lstm_make_private()
+        model.fit(x, y, epochs=EPOCHS, verbose=0, seed=7)
+        return np.concatenate([w.ravel() for w in model.get_weights()]), {"steps": int(model.step_count.numpy())}
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model, cfg, arrays, opt = FAMILIES[family]()
