@@ -79,14 +79,15 @@ def signal(steps: int, data_dir: str) -> list[dict]:
 
 
 def trained(run_dir: str, data_dir: str) -> dict:
+    from tfpriv.training.runner import restore_networks
     with open(os.path.join(run_dir, "results.json")) as f:
         results = json.load(f)
     s = results["gan"]
     batch = batches(data_dir)
     model = private_dpgan(s["capacity"], s["l2_norm_clip"], s["noise_multiplier"], batch,
                           gan_loss=s.get("gan_loss", "wasserstein"), weight_clip=s["weight_clip"])
-    nets = tf.train.Checkpoint(critic=model.critic, generator=model.generator)  # not the optimizers: they may differ
-    tf.train.Checkpoint(model=nets).restore(tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))).expect_partial()
+    restore_networks(tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints")),
+                     critic=model.critic, generator=model.generator)  # not the optimizers: they may differ
     return {"run": os.path.basename(os.path.normpath(run_dir)), "critic_steps": results["training"]["critic_steps"],
             "C": s["l2_norm_clip"], "z": s["noise_multiplier"],
             **measure(model, s["l2_norm_clip"], s["noise_multiplier"], batch)}

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 
-import tensorflow as tf
 
 
 def main() -> None:
@@ -31,6 +30,7 @@ def main() -> None:
     from tfpriv.gan import evaluation
     from tfpriv.gan.architectures import build_generator
     from tfpriv.metrics.eval_classifier import classifier_outputs, get_classifier
+    from tfpriv.training.runner import restore_networks
 
     with open(os.path.join(args.generator_dir, "results.json")) as f:
         results = json.load(f)
@@ -38,9 +38,7 @@ def main() -> None:
         config = json.load(f)
     seed, epochs = int(results["gan"]["seed"]), int(results["gan"]["downstream_epochs"])
     raw = build_generator(config["generator_capacity"], config["latent_size"], config["num_classes"])
-    nets = tf.train.Checkpoint(generator=raw)  # not the critic or the optimizers
-    tf.train.Checkpoint(model=nets).restore(args.checkpoint).expect_partial()
-    steps = int(tf.train.load_checkpoint(args.checkpoint).get_tensor("step_count/.ATTRIBUTES/VARIABLE_VALUE"))
+    steps = restore_networks(args.checkpoint, generator=raw)
     generators = {"raw": raw}
     if not args.skip_ema:
         generators["ema"] = keras.models.load_model(os.path.join(args.generator_dir, "generator.keras"), compile=False)

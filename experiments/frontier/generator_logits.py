@@ -13,7 +13,6 @@ import argparse
 import json
 
 import numpy as np
-import tensorflow as tf
 
 
 def main() -> None:
@@ -25,18 +24,17 @@ def main() -> None:
     from tfpriv.compat import keras
     from tfpriv.gan.architectures import build_generator
     from tfpriv.gan.saturation import LOGITS_LAYER
+    from tfpriv.training.runner import restore_networks
 
     generator = build_generator(args.capacity, args.latent_size, 10)
-    nets = tf.train.Checkpoint(generator=generator)  # not the critic or the optimizers
-    tf.train.Checkpoint(model=nets).restore(args.checkpoint).expect_partial()
-    reader = tf.train.load_checkpoint(args.checkpoint)
+    step = restore_networks(args.checkpoint, generator=generator)
     logits_model = keras.Model(generator.inputs, generator.get_layer(LOGITS_LAYER).output)
     latent = np.random.default_rng(0).normal(size=(512, args.latent_size)).astype(np.float32)
     x = logits_model([latent, np.arange(512, dtype=np.int32) % 10]).numpy().astype(np.float64)
     image = 0.5 * (1.0 + np.tanh(0.5 * x))  # sigmoid without overflow
     print(json.dumps({
         "checkpoint": args.checkpoint,
-        "step": int(reader.get_tensor("step_count/.ATTRIBUTES/VARIABLE_VALUE")),
+        "step": step,
         "x_mean": round(float(x.mean()), 2),
         "x_p5": round(float(np.percentile(x, 5)), 2), "x_p95": round(float(np.percentile(x, 95)), 2),
         "mean_sigmoid_derivative": float((image * (1.0 - image)).mean()),

@@ -46,11 +46,11 @@ def main() -> None:
     from tfpriv.privacy.config import DPConfig
     from tfpriv.privacy.engine import DPGradientEngine
     from tfpriv.privacy.rng import in_step
+    from tfpriv.training.runner import restore_networks
 
     generator = build_generator(args.capacity, args.latent_size, 10)
     critic = build_critic(args.capacity, 10)
-    tf.train.Checkpoint(model=tf.train.Checkpoint(generator=generator, critic=critic)).restore(
-        args.checkpoint).expect_partial()
+    restore_networks(args.checkpoint, generator=generator, critic=critic)
     data = load_dataset("mnist", args.data_dir)
     pick = np.random.default_rng(0).choice(len(data.x_train), args.examples, replace=False)
     batch = {"image": tf.constant(data.x_train[pick]), "label": tf.constant(data.labels_train["label"][pick].astype(np.int32))}

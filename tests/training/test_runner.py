@@ -14,7 +14,7 @@ from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import REQUIRED_KEYS, write_results
-from tfpriv.training.runner import fit_private, plan_privacy
+from tfpriv.training.runner import fit_private, plan_privacy, restore_networks
 
 N = 200
 
@@ -150,3 +150,20 @@ def test_results_json_requires_the_documented_keys(tmp_path):
     record["epsilon"] = float("inf")
     path = write_results(str(tmp_path), record)
     assert json.load(open(path))["epsilon"] == "inf"
+
+
+def test_restore_networks_reads_raw_weights_and_step_count_and_refuses_a_wrong_name(tmp_path):
+    model = vae()
+    out = fit_private(model, data(), plan(model, epochs=1), keras.optimizers.Adam(1e-2), str(tmp_path), seed=0, verbose=0)
+    checkpoint = os.path.join(tmp_path, "checkpoints", "ckpt-1")
+    fresh = vae()
+    fresh(data()[:2])  # builds the variables the checkpoint fills
+    assert not np.allclose(fresh.decoder.get_weights()[0], model.decoder.get_weights()[0])
+    assert restore_networks(checkpoint, encoder=fresh.encoder, decoder=fresh.decoder) == out["steps"]
+    for got, want in zip(fresh.encoder.get_weights() + fresh.decoder.get_weights(),
+                         model.encoder.get_weights() + model.decoder.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(AssertionError):
+        restore_networks(checkpoint, generator=vae().decoder)
+    with pytest.raises(ValueError, match="at least one network"):
+        restore_networks(checkpoint)

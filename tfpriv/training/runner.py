@@ -186,6 +186,20 @@ def read_ledger(output_dir: str) -> list[Segment]:
     return ledger.segments()
 
 
+def restore_networks(checkpoint: str, **networks: tf.Module) -> int:
+    """Loads the named networks of a `fit_private` checkpoint (a path such as `RUN/checkpoints/ckpt-7`)
+    into freshly built ones, without the optimizers, ledger or RNG streams, and returns the critic-step
+    count the checkpoint was written at. Names are the model's attributes (a GAN: `generator`, `critic`).
+
+    For reading a run's raw weights after training (its saved `.keras` model may hold averaged ones);
+    resuming a run is `fit_private`'s job.
+    """
+    if not networks:
+        raise ValueError("restore_networks needs at least one network to restore (e.g. generator=...)")
+    tf.train.Checkpoint(model=tf.train.Checkpoint(**networks)).restore(checkpoint).assert_existing_objects_matched().expect_partial()
+    return int(tf.train.load_checkpoint(checkpoint).get_tensor("step_count/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
 class RunState(tf.Module):
     """What a run's mechanism owns besides the model and ledger, saved in every checkpoint:
     the sampling seed (batches are a function of (seed, step)) and the completed epochs."""
