@@ -28,6 +28,7 @@ TFPRIV = [
     ("mnist", "4,012 steps", "frontier/generators/mnist_eps1_4000steps_seed0/results.json"),
     ("mnist", "2,006 steps, K = 4", "frontier/generators/mnist_eps1_2000steps_k4_seed0/results.json"),
     ("mnist", "2,006 steps, critic 8", "frontier/runs.jsonl#mnist_eps1_2000steps_critic8_seed0_results"),
+    ("mnist", "986 steps, B = 2,048", "frontier/runs.jsonl#mnist_eps1_b2048_seed0_results"),
     ("mnist", "4,017 steps", "dpwgan/main_c32_b512_z0656_ema_results.json"),
     ("mnist", "4,017 steps", "dpwgan/runs.jsonl#main_c32_b512_z0656_ema_seed1_results"),
     ("mnist", "4,001 steps", "frontier/generators/mnist_eps10_tf221_seed1/results.json"),
