@@ -30,7 +30,7 @@ from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
 
 
-__all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger"]
+__all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger", "restore_networks"]
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyPlan:
@@ -193,6 +193,13 @@ def restore_networks(checkpoint: str, **networks: tf.Module) -> int:
 
     For reading a run's raw weights after training (its saved `.keras` model may hold averaged ones);
     resuming a run is `fit_private`'s job.
+
+    Example:
+        A DP-WGAN-GP run's raw generator (capacity and latent size as in the run's `gan.json`):
+
+        from tfpriv.gan.architectures import build_generator
+        generator = build_generator(16, 128, 10)
+        steps = restore_networks("runs/gan/checkpoints/ckpt-34", generator=generator)
     """
     if not networks:
         raise ValueError("restore_networks needs at least one network to restore (e.g. generator=...)")
