@@ -15,16 +15,18 @@ import sys
 
 import pytest
 
+from tests.cli.helpers import train_py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", *sorted(f"docs/{name}" for name in os.listdir(os.path.join(REPO, "docs")) if name.endswith(".md"))]
 FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 
-# The run folders a file's blocks load, made before its blocks run (shell commands, then Python
-# in a namespace of its own, so that it cannot supply a name a block forgot to define).
+# The run folders a file's blocks load, made before its blocks run (train.py command lines, run
+# in this process as train.py runs them, then Python in the blocks' process but in a namespace of
+# its own, so that it cannot supply a name a block forgot to define).
 SETUP = {
     "docs/guide.md": (
-        [[sys.executable, os.path.join(REPO, "train.py"), "--model=privae", "--dataset=digits", "--epochs=1",
-          "--seed=0", "--verbose=0", "--output_dir=runs/fm"]],
+        [["--model=privae", "--dataset=digits", "--epochs=1", "--seed=0", "--verbose=0", "--output_dir=runs/fm"]],
         """
 import os, types
 from tfpriv.files import write_json
@@ -79,12 +81,14 @@ def test_blocks_are_found_with_their_lines_and_no_run_is_skipped():
 
 
 @pytest.mark.parametrize("name", [n for n in DOCS if python_blocks(open(os.path.join(REPO, n)).read(), n)])
-def test_every_python_block_runs_as_written(name, tmp_path, data_dir):
+def test_every_python_block_runs_as_written(name, tmp_path, data_dir, capsys, monkeypatch):
     env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2", "TFPRIV_DATA_DIR": str(data_dir.resolve())}
-    commands, setup = SETUP.get(name, ([], ""))
-    for command in commands:
-        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, f"setup {command}:\n{done.stderr[-3000:]}"
+    runs, setup = SETUP.get(name, ([], ""))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TFPRIV_DATA_DIR", env["TFPRIV_DATA_DIR"])
+    for args in runs:
+        done = train_py(*args, capsys=capsys)
+        assert done.returncode == 0, f"setup train.py {args}:\n{done.stderr[-3000:]}"
     spec = tmp_path / "blocks.json"
     spec.write_text(json.dumps({"setup": setup, "blocks": python_blocks(open(os.path.join(REPO, name)).read(), name)}))
     done = subprocess.run([sys.executable, "-c", RUNNER, str(spec)], cwd=tmp_path, env=env, capture_output=True,

@@ -1,6 +1,7 @@
 """A run killed with SIGKILL at arbitrary points and restarted in the same folder resumes from its
-last complete checkpoint and ends exactly where the uninterrupted run ends (weights, steps, epsilon)."""
-import json
+last complete checkpoint and ends exactly where the uninterrupted run ends (weights, steps, epsilon).
+The runs that are killed are processes; the uninterrupted run and the final resume run in this
+process (a seeded run is the same in any process: tests/training/test_reproducibility.py)."""
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 import numpy as np
 
 from tests.conftest import REPO_ROOT
+from tests.training.scripts.train_small import train
 from tfpriv.training.runner import read_ledger
 from tfpriv.privacy.accounting import RDP
 
@@ -21,20 +23,13 @@ def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
 
 
-def _finish(folder) -> dict:
-    proc = subprocess.run([sys.executable, SCRIPT, str(folder), str(EPOCHS)], capture_output=True, text=True,
-                          timeout=600, env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def _latest(folder):
     import tensorflow as tf
     return tf.train.latest_checkpoint(str(folder / "checkpoints"))
 
 
 def test_sigkill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path):
-    straight = _finish(tmp_path / "straight")
+    straight = train(str(tmp_path / "straight"), EPOCHS)
     killed = tmp_path / "killed"
     reported = []
     for pause in (0.3, 0.0, 0.6):   # after a new checkpoint appears: mid-epoch, right after the save, later
@@ -50,7 +45,7 @@ def test_sigkill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path)
         proc.wait()
         reported.append(RDP.epsilon(read_ledger(str(killed)), 1e-4))   # the last complete checkpoint reads
     assert reported == sorted(reported) and reported[0] > 0   # saved epsilon only grows
-    final = _finish(killed)
+    final = train(str(killed), EPOCHS)
     assert final["resumed"] and final["steps"] == straight["steps"]
     assert final["epsilon"] == straight["epsilon"] >= max(reported)
     a, b = np.load(tmp_path / "straight" / "final.npz"), np.load(killed / "final.npz")

@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -34,21 +35,6 @@ def plan(model, epochs=2, **kw):
     return plan_privacy(cfg, model.term_spec(), N, 20, epochs, delta=1e-3, **kw)
 
 
-def test_poisson_batches_vary_but_train_step_is_traced_once(tmp_path):
-    model = vae()
-    p = plan(model, epochs=2)
-    out = fit_private(model, data(), p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0)
-    assert model.train_function.experimental_get_tracing_count() == 1
-    assert out["steps"] == 2 * p.steps_per_epoch == 20
-    expected = RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, 20)], 1e-3)
-    assert out["epsilon"] == pytest.approx(expected)
-    assert len(out["history"]["epsilon"]) == 2 and out["history"]["epsilon"][1] == pytest.approx(expected)
-    assert os.path.isdir(tmp_path / "logs")
-    # the MMD of the codes reaches the encoder, not the decoder: only the encoder gets the C2 noise
-    encoder_size, decoder_size = model.encoder.count_params(), model.decoder.count_params()
-    assert out["batch_terms_reach"] == {"reached_parameters": encoder_size, "unreached_parameters": decoder_size}
-
-
 # RSS may grow by at most this much from the end of the warm-up epochs to the end of the run. Measured on
 # 2 loaded cores: 3-8 MB for runs like this one (N=300..2000, 6-8 epochs); 82 MB for this test when each
 # epoch traces its step again (a fresh train_function per epoch), so one leaked graph per epoch fails.
@@ -56,12 +42,13 @@ RSS_TOLERANCE_MB = 30
 WARMUP_EPOCHS = 2
 
 
-def test_memory_stays_flat_and_the_step_is_traced_once_over_epochs_of_poisson_batches(tmp_path):
+@pytest.fixture(scope="module")
+def poisson_run(tmp_path_factory):
+    """6 epochs of Poisson batches (n = 300, B = 20) through `fit_private`, counting the step's traces
+    and the RSS after every epoch; read by the tracing and the memory test."""
     import gc
 
     import psutil
-
-    from tfpriv.data.sampling import make_dataset
 
     n, epochs = 300, 6
     x = (np.random.default_rng(1).random([n, 12]) > 0.5).astype(np.float32)
@@ -82,25 +69,48 @@ def test_memory_stays_flat_and_the_step_is_traced_once_over_epochs_of_poisson_ba
             gc.collect()
             rss_mb.append(psutil.Process().memory_info().rss / 2**20)
 
-    fit_private(model, x, p, keras.optimizers.Adam(1e-3), str(tmp_path), seed=1, verbose=0, extra_callbacks=[Rss()])
-    batches, _, steps_per_epoch = make_dataset(x, 20, "poisson", 1)  # the batches of the run: (seed, step)
+    folder = tmp_path_factory.mktemp("poisson")
+    out = fit_private(model, x, p, keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0,
+                      extra_callbacks=[Rss()])
+    return types.SimpleNamespace(model=model, x=x, plan=p, out=out, folder=folder, traces=traces, rss_mb=rss_mb)
+
+
+def test_poisson_batches_vary_but_train_step_is_traced_once(poisson_run):
+    from tfpriv.data.sampling import make_dataset
+
+    model, p, out, epochs = poisson_run.model, poisson_run.plan, poisson_run.out, poisson_run.plan.epochs
+    batches, _, steps_per_epoch = make_dataset(poisson_run.x, 20, "poisson", 1)  # the batches of the run: (seed, step)
     sizes = {int(b.shape[0]) for b in batches.take(epochs * steps_per_epoch)}
     assert len(sizes) >= 5  # Poisson: the batch size varies ...
+    traces = poisson_run.traces
     assert len(traces) == 1 and traces[0][0] is None  # ... and one trace with an unknown batch size serves all
     assert model.train_function.experimental_get_tracing_count() == 1
+    assert out["steps"] == epochs * p.steps_per_epoch == 90
+    expected = RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, 90)], 1e-4)
+    assert out["epsilon"] == pytest.approx(expected)
+    assert len(out["history"]["epsilon"]) == epochs and out["history"]["epsilon"][-1] == pytest.approx(expected)
+    assert os.path.isdir(poisson_run.folder / "logs")
+    # the MMD of the codes reaches the encoder, not the decoder: only the encoder gets the C2 noise
+    encoder_size, decoder_size = model.encoder.count_params(), model.decoder.count_params()
+    assert out["batch_terms_reach"] == {"reached_parameters": encoder_size, "unreached_parameters": decoder_size}
+
+
+def test_memory_stays_flat_over_epochs_of_poisson_batches(poisson_run):
+    rss_mb = poisson_run.rss_mb
     growth = max(rss_mb[WARMUP_EPOCHS:]) - rss_mb[WARMUP_EPOCHS - 1]
-    assert len(rss_mb) == epochs and growth < RSS_TOLERANCE_MB, rss_mb
+    assert len(rss_mb) == poisson_run.plan.epochs and growth < RSS_TOLERANCE_MB, rss_mb
 
 
 @pytest.fixture(scope="module")
 def one_epoch_run(tmp_path_factory):
-    """A finished 1-epoch run (its folder and final weights), the first segment of the resume tests;
-    each test resumes a copy of the folder."""
+    """A finished 1-epoch run (its folder, trained model and record), the first segment of the resume
+    tests (each resumes a copy of the folder) and the checkpoint `restore_networks` reads."""
     keras.utils.set_random_seed(0)
     folder = tmp_path_factory.mktemp("one_epoch")
     first = vae()
-    fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0)
-    return folder, [w.copy() for w in first.get_weights()]
+    out = fit_private(first, data(), plan(first, epochs=1), keras.optimizers.Adam(1e-3), str(folder), seed=1,
+                      verbose=0)
+    return folder, first, out
 
 
 def _resume_copy(one_epoch_run, tmp_path):
@@ -118,7 +128,7 @@ def test_resumed_run_continues_its_epsilon(tmp_path, one_epoch_run):
 
 
 def test_resume_restores_weights_and_optimizer(tmp_path, one_epoch_run):
-    folder, saved = _resume_copy(one_epoch_run, tmp_path), one_epoch_run[1]
+    folder, saved = _resume_copy(one_epoch_run, tmp_path), one_epoch_run[1].get_weights()
     second = vae()
     opt = keras.optimizers.Adam(1e-3)
     fit_private(second, data(), plan(second, epochs=1), opt, str(folder), seed=1, verbose=0)  # nothing left to do
@@ -152,10 +162,9 @@ def test_results_json_requires_the_documented_keys(tmp_path):
     assert json.load(open(path))["epsilon"] == "inf"
 
 
-def test_restore_networks_reads_raw_weights_and_step_count_and_refuses_a_wrong_name(tmp_path):
-    model = vae()
-    out = fit_private(model, data(), plan(model, epochs=1), keras.optimizers.Adam(1e-2), str(tmp_path), seed=0, verbose=0)
-    checkpoint = os.path.join(tmp_path, "checkpoints", "ckpt-1")
+def test_restore_networks_reads_raw_weights_and_step_count_and_refuses_a_wrong_name(one_epoch_run):
+    folder, model, out = one_epoch_run
+    checkpoint = os.path.join(folder, "checkpoints", "ckpt-1")
     fresh = vae()
     fresh(data()[:2])  # builds the variables the checkpoint fills
     assert not np.allclose(fresh.decoder.get_weights()[0], model.decoder.get_weights()[0])
