@@ -203,7 +203,8 @@ def restore_networks(checkpoint: str, **networks: tf.Module) -> int:
     """
     if not networks:
         raise ValueError("restore_networks needs at least one network to restore (e.g. generator=...)")
-    tf.train.Checkpoint(model=tf.train.Checkpoint(**networks)).restore(checkpoint).assert_existing_objects_matched().expect_partial()
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(**networks)).restore(checkpoint)
+    status.assert_existing_objects_matched().expect_partial()  # every network matched; the rest left unread
     return int(tf.train.load_checkpoint(checkpoint).get_tensor("step_count/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
