@@ -107,6 +107,6 @@ def test_every_output_a_run_writes_is_in_the_release_list(family, tmp_path, data
     documented = release_table()[family]
     missing = sorted(o for o in outputs if o not in documented)
     assert not missing, f"{family} writes outputs docs/privacy.md's release list does not name: {missing}"
-    if family != "make_private":  # --sampling=shuffle: the epsilon's caveat is on the line that prints it
+    if family != "make_private":  # --sampling=shuffle: how it was accounted is on the line that prints epsilon
         line = next(l for l in printed.splitlines() if "epsilon = " in l)
-        assert "caveat: epsilon assumes Poisson sampling" in line, printed
+        assert "[shuffled batches: accounted as one Gaussian at half the noise multiplier per epoch" in line, printed

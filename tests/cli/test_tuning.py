@@ -290,11 +290,11 @@ def test_the_guide_tuning_section_links_to_the_derivations_and_caps_k_within_del
 def test_the_job_epsilon_line_carries_the_shuffle_caveat():
     """Issue 31 P4 for --tune: trials on shuffled batches qualify the job's epsilon on the line that prints it."""
     from tfpriv.cli.tuning import report
-    from tfpriv.data.sampling import SHUFFLE_CAVEAT
+    from tfpriv.training.runner import SHUFFLE_NOTE as SHUFFLE_CAVEAT
     privacy = {"epsilon": 1.5, "delta": 1e-5, "analysis": "Papernot & Steinke 2022", "epsilon_one_trial": 1.0,
                "trial_count": {"distribution": "geometric", "mean": 3}}
     result = {"tuner": "random", "privacy": privacy, "best": None, "private": "private/ is not released"}
     assert "caveat" not in report("out", result)
     line = [l for l in report("out", {**result, "privacy": {**privacy, "epsilon_caveat": SHUFFLE_CAVEAT}}).splitlines()
             if l.startswith("epsilon of the whole job")][0]
-    assert f"[caveat: {SHUFFLE_CAVEAT}]" in line
+    assert f"[{SHUFFLE_CAVEAT}]" in line

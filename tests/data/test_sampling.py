@@ -22,9 +22,27 @@ def test_a_resumed_sampler_continues_where_the_first_one_stopped(sampling):
     assert _batches(sampling, 4, 0, 12) != straight      # the seed matters
 
 
-def test_shuffle_covers_each_epoch_once():
-    epoch = _batches("shuffle", 1, 0, 5)                 # 50 // 10 = 5 batches per epoch
-    assert sorted(i for b in epoch for i in b) == list(range(50))
+def test_shuffle_takes_each_example_at_most_once_an_epoch_and_always_drops_a_position():
+    """K = (N - 1) // B batches an epoch: (50 - 1) // 10 = 4, so 10 of 50 positions are dropped; with N = 51
+    there are 5 and one is (the coupling of docs/privacy.md needs a dropped position)."""
+    epoch = _batches("shuffle", 1, 0, 4)
+    seen = [i for b in epoch for i in b]
+    assert len(seen) == len(set(seen)) == 40
+    assert make_dataset(X, 10, "shuffle", 0)[2] == 4 and make_dataset(np.zeros([51, 1]), 10, "shuffle", 0)[2] == 5
+    with pytest.raises(ConfigError, match="^batch_size: must be smaller than the dataset size 50"):
+        make_dataset(X, 50, "shuffle", 0)
+
+
+def test_a_poisson_dataset_iterated_again_continues_instead_of_replaying():
+    """A second fit on the same dataset must not reuse a step's draw (the accountant assumes independent
+    samples per step): each iteration takes the tag's next step."""
+    from tfpriv.data.sampling import poisson_batches, sampled_by
+    ds = poisson_batches(X, batch_size=10, seed=3)
+    first = [tuple(b.numpy().ravel()) for b in ds.take(5)]
+    again = [tuple(b.numpy().ravel()) for b in ds.take(5)]
+    assert not set(first) & set(again)
+    assert sampled_by(ds).scheme == "poisson" and sampled_by(ds).next_step >= 10
+    assert sampled_by(ds.map(lambda b: b)) is None     # a transformed dataset is not tfpriv's sample
 
 
 def test_poisson_batch_sizes_follow_the_sampling_rate():

@@ -84,13 +84,13 @@ def test_an_epoch_stopped_early_ends_at_the_steps_taken(tmp_path, capsys):
     out = fit(tmp_path, [StopAt(13), StepProgressBar()])
     assert out["train_steps"] == 13
     printed = capsys.readouterr().out
-    assert "10/10 - " in printed  # the first, complete epoch (N_VAE / batch = 10 steps)
-    assert "3/3 - " in printed and printed.count("10/10 - ") == 1  # Keras' own bar printed 10/10 twice
+    assert "9/9 - " in printed  # the first, complete epoch ((N_VAE - 1) // batch = 9 shuffled steps)
+    assert "4/4 - " in printed and printed.count("9/9 - ") == 1  # Keras' own bar printed 9/9 twice
 
 
 def test_complete_epochs_are_unchanged(tmp_path, capsys):
     fit(tmp_path, [StepProgressBar()])
-    assert capsys.readouterr().out.count("10/10 - ") == 2
+    assert capsys.readouterr().out.count("9/9 - ") == 2
 
 
 def test_an_epsilon_beyond_float32_is_logged_as_inf():

@@ -35,13 +35,76 @@ def _expected(steps):
     return RDP.epsilon([(B / N, CONFIG.effective_noise_multiplier(True), steps)], 1e-3)
 
 
-def test_fit_on_a_dataset_reports_epsilon_per_epoch():
+def _fixed(steps):
+    """A fixed batch: a Gaussian at half the effective noise multiplier, no amplification."""
+    return RDP.epsilon([(1.0, CONFIG.effective_noise_multiplier(True) / 2, steps)], 1e-3)
+
+
+def test_a_dataset_tfpriv_did_not_sample_is_refused_unless_its_scheme_is_declared():
+    """Issue 48: fixed batches used to be accounted as Poisson steps at q = B/N (an epsilon 3-6x too small)."""
     vae = _vae()
     vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
-    history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=2, verbose=0)
+    batches = tf.data.Dataset.from_tensor_slices(_x()).batch(B)
+    with pytest.raises(ConfigError, match="^x: tfpriv did not sample this dataset's or generator's batches"):
+        vae.fit(batches, epochs=1, verbose=0)
+    assert vae.ledger.total_steps == 0
+    history = vae.fit(batches, epochs=2, verbose=0, sampling="fixed")
     assert vae.ledger.total_steps == 2 * (N // B)
-    assert history.history["epsilon"] == pytest.approx([_expected(6), _expected(12)])
-    assert vae.epsilon() == pytest.approx(_expected(12)) and _expected(12) > 0
+    assert history.history["epsilon"] == pytest.approx([_fixed(6), _fixed(12)])
+    assert _fixed(12) > 3 * _expected(12)   # what was reported before
+    assert [row["scheme"] for row in vae.ledger.raw_segments() if row["steps"]] == ["fixed"]
+
+
+def test_a_declared_poisson_pipeline_is_the_users_claim_and_its_first_batch_is_checked():
+    vae = _vae()
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    with pytest.raises(ConfigError, match="^sampling: a Poisson batch at q = 0.1667 from N=96 has size <= "):
+        vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(N), epochs=1, verbose=0, sampling="poisson")
+    history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=0, sampling="poisson")
+    assert history.history["epsilon"][-1] == pytest.approx(_expected(6))
+    assert [row["scheme"] for row in vae.ledger.raw_segments() if row["steps"]] == ["poisson_declared"]
+
+
+def test_poisson_batches_are_accounted_by_their_tag_and_never_replayed():
+    from tfpriv.data.sampling import poisson_batches, sampled_by
+    vae = _vae()
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    ds = poisson_batches(_x(), batch_size=B, seed=0)
+    vae.fit(ds, steps_per_epoch=6, epochs=1, verbose=0)
+    history = vae.fit(ds, steps_per_epoch=6, epochs=1, verbose=0)
+    assert history.history["epsilon"][-1] == pytest.approx(_expected(12))
+    assert sampled_by(ds).next_step >= 12          # the second fit drew steps after the first's
+    with pytest.raises(ConfigError, match="^x: the dataset samples at rate 0.25 from 64 examples"):
+        vae.fit(poisson_batches(_x()[:64], batch_size=B, seed=0), steps_per_epoch=2, verbose=0)
+    with pytest.raises(ConfigError, match="^sampling: the dataset was drawn by tfpriv's poisson sampler"):
+        vae.fit(ds, steps_per_epoch=2, verbose=0, sampling="fixed")
+
+
+def test_train_on_batch_is_a_fixed_batch_step_before_and_after_fit():
+    """Issue 49.1: train_on_batch crashed before any fit, and after one was counted as a Poisson step."""
+    vae = _vae()
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
+    vae.train_on_batch(_x())                                  # before any fit
+    vae.fit(_x(), epochs=1, verbose=0, seed=0)                # 6 Poisson steps
+    for _ in range(3):
+        vae.train_on_batch(_x())
+    expected = RDP.epsilon([(1.0, CONFIG.effective_noise_multiplier(True) / 2, 1),
+                            (B / N, CONFIG.effective_noise_multiplier(True), 6),
+                            (1.0, CONFIG.effective_noise_multiplier(True) / 2, 3)], 1e-3)
+    assert vae.ledger.total_steps == 10 and vae.epsilon() == pytest.approx(expected)
+    assert [r["scheme"] for r in vae.ledger.raw_segments() if r["steps"]] == ["fixed", "poisson", "fixed"]
+
+
+def test_train_on_batch_stops_at_max_epsilon():
+    from tfpriv.training.callbacks import BudgetExhausted
+    vae = _vae()
+    budget = _fixed(2) * 1.001
+    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3, max_epsilon=budget)
+    vae.train_on_batch(_x())
+    vae.train_on_batch(_x())
+    with pytest.raises(BudgetExhausted, match="^train_on_batch: max_epsilon="):
+        vae.train_on_batch(_x())
+    assert vae.ledger.total_steps == 2
 
 
 def test_fit_on_numpy_draws_poisson_batches_and_continues_across_calls():
@@ -67,14 +130,16 @@ def test_fit_on_a_generator():
             for i in range(0, N, B):
                 yield x[i:i + B]
 
-    history = vae.fit(batches(), steps_per_epoch=3, epochs=1, verbose=0)
-    assert history.history["epsilon"][-1] == pytest.approx(_expected(3))
+    with pytest.raises(ConfigError, match="^x: tfpriv did not sample"):
+        vae.fit(batches(), steps_per_epoch=3, epochs=1, verbose=0)
+    history = vae.fit(batches(), steps_per_epoch=3, epochs=1, verbose=0, sampling="fixed")
+    assert history.history["epsilon"][-1] == pytest.approx(_fixed(3))
 
 
 def test_the_progress_bar_shows_epsilon(capsys):
     vae = _vae()
     vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
-    vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=2)
+    vae.fit(_x(), epochs=1, verbose=2)
     assert "epsilon: " in capsys.readouterr().out
 
 
@@ -95,7 +160,7 @@ def test_a_non_private_model_reports_no_epsilon():
 def test_fit_reports_the_chosen_accountants_epsilon():
     vae = _vae()
     vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3, accountant="pld")
-    history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=0)
+    history = vae.fit(tf.data.Dataset.from_tensor_slices(_x()).batch(B), epochs=1, verbose=0, sampling="poisson")
     segments = [(B / N, CONFIG.effective_noise_multiplier(True), 6)]
     assert history.history["epsilon"][-1] == pytest.approx(get_accountant("pld").epsilon(segments, 1e-3))
     assert history.history["epsilon"][-1] < _expected(6)

@@ -122,7 +122,7 @@ def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
     assert out["steps"] == 30
     assert out["epsilon"] <= 2.0 * (1 + 1e-3) and out["epsilon"] == pytest.approx(2.0, rel=1e-3)
     assert plan.config.noise_multiplier > first_plan.config.noise_multiplier  # 20 more steps, less budget each
-    segments = read_ledger(str(tmp_path))
+    segments = read_ledger(str(tmp_path)).segments()
     assert [s[2] for s in segments] == [10, 20]
     assert out["epsilon"] == pytest.approx(RDP.epsilon(segments, 1e-3))
 

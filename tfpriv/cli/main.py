@@ -145,9 +145,13 @@ def execute(job: Job, settings, output_dir: str) -> dict:
     return job.run(settings, output_dir)
 
 
-def epsilon_text(eps: float, delta: float, caveat: str | None) -> str:
-    """`epsilon = E at delta = D`, with the epsilon's caveat (shuffled batches) on the same line."""
-    return f"epsilon = {eps:.4g} at delta = {delta:.3g}" + (f" [caveat: {caveat}]" if caveat else "")
+def epsilon_text(eps: float, delta: float, caveat: str | None, as_if_poisson: float | None = None) -> str:
+    """`epsilon = E at delta = D`, with how it was accounted when that is not Poisson sampling (shuffled
+    batches) and the as-if-Poisson figure labelled as such, on the same line."""
+    text = f"epsilon = {eps:.4g} at delta = {delta:.3g}" + (f" [{caveat}]" if caveat else "")
+    if as_if_poisson is not None:
+        text += f" (as if the batches had been Poisson-sampled, which they were not: {as_if_poisson:.4g})"
+    return text
 
 
 def guarantee_text(entry: dict) -> str:
@@ -173,7 +177,7 @@ def report(job: Job, output_dir: str, results: dict, mode: str = "train") -> Non
     elif eps is None or (isinstance(eps, float) and math.isinf(eps)):
         print(f"non-private run: no privacy guarantee (epsilon = inf). Results: {output_dir}/results.json")
     else:
-        print(f"{epsilon_text(eps, results.get('delta'), results.get('epsilon_caveat'))} "
+        print(f"{epsilon_text(eps, results.get('delta'), results.get('epsilon_caveat'), results.get('epsilon_as_if_poisson'))} "
               f"({results.get('aggregation')}, effective noise multiplier "
               f"{results.get('effective_noise_multiplier', float('nan')):.4g}, {results.get('steps')} steps). "
               f"Results: {output_dir}/results.json")

@@ -280,7 +280,7 @@ def report(output_dir: str, result: dict) -> str:
     if math.isinf(eps):
         lines.append("non-private trials: no privacy guarantee (epsilon = inf)")
     else:
-        caveat = f" [caveat: {privacy['epsilon_caveat']}]" if privacy.get("epsilon_caveat") else ""
+        caveat = f" [{privacy['epsilon_caveat']}]" if privacy.get("epsilon_caveat") else ""
         lines.append(f"epsilon of the whole job = {eps:.4g} at delta = {privacy['delta']:.3g}{caveat} "
                      f"({privacy['analysis']}); one trial {privacy['epsilon_one_trial']:.4g}")
     lines.append(f"Results: {output_dir}/tuning.json; {result['private']}")

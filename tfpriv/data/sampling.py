@@ -1,17 +1,21 @@
-"""Batch sampling for private training: Poisson (what the accountant assumes) or shuffling.
+"""Batch sampling for private training: Poisson (amplification by sampling) or shuffling.
 
 Poisson sampling includes every example independently with probability q, so batch sizes
 vary; the datasets here have an unknown batch dimension, so Keras traces the train step
 once for all sizes (no padding needed). `--sampling=shuffle` takes fixed-size batches from
-a shuffled epoch; its epsilon is computed as if batches were Poisson-sampled, the same
-approximation (and caveat) TF Privacy's privacy statement reports.
+a fresh uniform permutation each epoch; the accountant charges it one Gaussian at half the
+noise multiplier per epoch (docs/privacy.md, "Sampling schemes"), not the Poisson figure.
 
 The accountant assumes a fresh, independent sample at every step, so the batch of global
 step s is a function of (seed, s) alone: `default_rng([seed, s])` (shuffling: the permutation
 of epoch s // steps_per_epoch). A resumed run passes `start_step` = the steps already taken
-and draws exactly the batches the uninterrupted run would have drawn, never a replay.
-`new_sampling_seed()` draws the seed from the OS when the user gives none; the runner
-checkpoints it with the ledger.
+and draws exactly the batches the uninterrupted run would have drawn, never a replay; a
+Poisson dataset iterated again continues after the last step it drew. `new_sampling_seed()`
+draws the seed from the OS when the user gives none; the runner checkpoints it with the ledger.
+
+Every dataset made here carries a `Sampled` tag (`sampled_by`): how its batches were drawn,
+which `fit` reads to account them (a dataset tfpriv did not sample has none, and a private
+`fit` refuses it unless the user declares its scheme).
 
 Every element is a global batch. Under `tf.distribute`, every worker runs the same pipeline
 with the same seed; the strategy splits each global batch into one piece per replica (in
@@ -20,6 +24,7 @@ same batch (never a different batch per worker, never the whole batch on every w
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 from typing import Sequence
@@ -31,9 +36,29 @@ from tfpriv.errors import ConfigError
 
 SAMPLINGS = ("poisson", "shuffle")
 
-SHUFFLE_CAVEAT = (
-    "epsilon assumes Poisson sampling; batches were drawn by shuffling, for which the "
-    "reported epsilon is an approximation (as in TF Privacy's privacy statement)")
+
+@dataclasses.dataclass
+class Sampled:
+    """How tfpriv drew a dataset's batches: `scheme` ("poisson" or "shuffle"), the rate
+    q = B / `num_examples`, `steps_per_epoch`, and `next_step`, the global step whose batch the
+    next iteration draws first (a Poisson dataset advances it as it draws)."""
+
+    scheme: str
+    sampling_rate: float
+    num_examples: int
+    steps_per_epoch: int
+    next_step: int
+
+
+def sampled_by(dataset) -> Sampled | None:
+    """The `Sampled` tag of a dataset made here, or None (a dataset tfpriv did not sample, or one
+    transformed after it was made: `map`, `batch`, ... make a new dataset without the tag)."""
+    return getattr(dataset, "_tfpriv_sampled", None)
+
+
+def _tagged(ds: tf.data.Dataset, tag: Sampled) -> tf.data.Dataset:
+    ds._tfpriv_sampled = tag  # noqa: SLF001 (a plain attribute; tf.data keeps no state of its own there)
+    return ds
 
 
 def _as_tuple(arrays) -> tuple[np.ndarray, ...]:
@@ -74,15 +99,43 @@ def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0
         raise ConfigError(f"sampling_rate: q = B/N must be in (0, 1], got {sampling_rate}")
     seed = _check_seed(seed)
 
+    tag = Sampled("poisson", sampling_rate, n, max(1, round(1 / sampling_rate)), start_step)
+
     def generate():
-        step = start_step
-        while True:
+        while True:  # each draw takes the tag's next step, so iterating again never replays a step
+            step, tag.next_step = tag.next_step, tag.next_step + 1
             idx = np.flatnonzero(np.random.default_rng([seed, step]).random(n) < sampling_rate)
             yield tuple(p[idx] for p in parts)
-            step += 1
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
-    return _global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2))
+    return _tagged(_global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)), tag)
+
+
+def poisson_batches(x, y=None, *, batch_size: int, seed: int | None = None) -> tf.data.Dataset:
+    """Endless Poisson-sampled batches of `x` (and `y`) at rate q = batch_size / len(x), tagged so
+    that a private model's `fit` accounts them as Poisson steps (`fit(dataset, steps_per_epoch=...)`).
+    The batch of global step s is a function of (seed, s); `fit` starts the dataset at the model's
+    step count, so no step's batch is drawn twice. Transforming the result (`map`, ...) drops the
+    tag; transform the arrays before instead.
+
+    Example:
+        >>> import numpy as np
+        >>> from tfpriv.data.sampling import poisson_batches, sampled_by
+        >>> x = np.arange(100, dtype="float32").reshape(100, 1)
+        >>> ds = poisson_batches(x, batch_size=10, seed=0)
+        >>> sampled_by(ds).scheme, sampled_by(ds).sampling_rate
+        ('poisson', 0.1)
+    """
+    arrays = x if y is None else (x, y)
+    n = len(_as_tuple(x)[0]) if isinstance(x, (tuple, list)) else len(x)
+    if not 1 <= batch_size <= n:
+        raise ConfigError(f"batch_size: must be between 1 and the number of examples {n}, got {batch_size}")
+    structure = (tuple(x) if isinstance(x, (tuple, list)) else x) if y is None else \
+        (tuple(x) if isinstance(x, (tuple, list)) else x, y)
+    flat = tuple(np.asarray(a) for a in tf.nest.flatten(structure))
+    ds = poisson_dataset(flat, batch_size / n, new_sampling_seed() if seed is None else seed)
+    tag = sampled_by(ds)
+    return _tagged(ds.map(lambda *parts: tf.nest.pack_sequence_as(structure, list(parts))), tag)
 
 
 def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
@@ -90,10 +143,10 @@ def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> 
     permutation depends on (seed, e) only."""
     parts = _as_tuple(arrays)
     n = len(parts[0])
-    if not 1 <= batch_size <= n:
-        raise ConfigError(f"batch_size: must be between 1 and the dataset size {n}, got {batch_size}")
+    if not 1 <= batch_size < n:
+        raise ConfigError(f"batch_size: shuffled batches must be smaller than the dataset size {n}, got {batch_size}")
     seed = _check_seed(seed)
-    per_epoch = n // batch_size
+    per_epoch = shuffle_steps_per_epoch(n, batch_size)
 
     def generate():
         epoch, slot = divmod(start_step, per_epoch)
@@ -105,17 +158,26 @@ def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> 
             epoch, slot = epoch + 1, 0
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
-    return _global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2))
+    return _tagged(_global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)),
+                   Sampled("shuffle", batch_size / n, n, per_epoch, start_step))
+
+
+def shuffle_steps_per_epoch(num_examples: int, batch_size: int) -> int:
+    """Batches per shuffled epoch: positions [0, K·B) of each permutation, K = (N - 1) // B, so at
+    least one position is always dropped (the coupling in docs/privacy.md needs it)."""
+    return max(1, (num_examples - 1) // batch_size)
 
 
 def sampling_rate_and_steps(num_examples: int, batch_size: int, sampling: str) -> tuple[float, int]:
     """(sampling rate q = B/N, steps per epoch) for a sampling scheme."""
     if sampling not in SAMPLINGS:
         raise ConfigError(f"sampling: must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
-    if not 1 <= batch_size <= num_examples:
-        raise ConfigError(f"batch_size: must be between 1 and the dataset size {num_examples}, got {batch_size}")
+    if not 1 <= batch_size <= num_examples or (sampling == "shuffle" and batch_size == num_examples):
+        bound = "smaller than" if sampling == "shuffle" else "between 1 and"
+        raise ConfigError(f"batch_size: must be {bound} the dataset size {num_examples}, got {batch_size}")
     q = batch_size / num_examples
-    steps_per_epoch = max(1, num_examples // batch_size) if sampling == "shuffle" else max(1, round(1 / q))
+    steps_per_epoch = (shuffle_steps_per_epoch(num_examples, batch_size) if sampling == "shuffle"
+                       else max(1, round(1 / q)))
     return q, steps_per_epoch
 
 

@@ -1,9 +1,13 @@
 """Privacy accounting with dp_accounting (the library behind TF Privacy's analysis).
 
-Every private step is one Poisson-sampled Gaussian mechanism with sampling rate q and the
-mode's *effective* noise multiplier (noise std over true sensitivity, `DPConfig`), under
-add-or-remove-one adjacency. Steps compose; a `PrivacyLedger` keeps the composed history in
-checkpointable variables so a resumed run continues its epsilon instead of restarting it.
+A private step is a Gaussian mechanism with the mode's *effective* noise multiplier z (noise std
+over true sensitivity, `DPConfig`) under add-or-remove-one adjacency; how its batch was drawn decides
+what the step is to the accountant (`SCHEMES`, derived in docs/privacy.md, "Sampling schemes"):
+a Poisson-sampled Gaussian at rate q for Poisson batches, a Gaussian at z/2 (no amplification; a
+record's insertion may shift batch boundaries, so a batch can change by one record in and one out)
+for any other batches, one such Gaussian per epoch for tfpriv's shuffler. Steps compose; a
+`PrivacyLedger` keeps the history, one segment per (scheme, q, z), in checkpointable state so a
+resumed run continues its epsilon instead of restarting it.
 The same events are converted to (epsilon, delta) by an `Accountant` of the registry
 `ACCOUNTANTS`: "rdp" (default, TF Privacy's orders) or "pld" (privacy-loss distributions: tighter;
 discretised at 1e-4, pessimistic rounding, so still an upper bound); `get_accountant(name)`.
@@ -53,9 +57,50 @@ def _quiet_orders() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+# How a segment's batches were drawn, and so what its steps are to the accountant (docs/privacy.md,
+# "Sampling schemes"). POISSON: tfpriv's Poisson sampler (arrays, `tfpriv.data.poisson_batches`);
+# DECLARED_POISSON: a pipeline the user declares Poisson at the compiled rate (their claim); both are
+# Poisson-sampled Gaussians at (q, z). FIXED: any other batches, each record at most once per batch
+# (a declared pipeline, `train_on_batch`, a loop calling `train_step`): a Gaussian at z/2 per step.
+# SHUFFLE: tfpriv's shuffler (a fresh uniform permutation per epoch, fixed-size batches, the last
+# partial batch dropped): a Gaussian at z/2 per epoch touched.
+POISSON, DECLARED_POISSON, FIXED, SHUFFLE = "poisson", "poisson_declared", "fixed", "shuffle"
+SCHEMES = (POISSON, DECLARED_POISSON, FIXED, SHUFFLE)
+
+
+def epochs_touched(first_step: int, steps: int, steps_per_epoch: int) -> int:
+    """How many epochs of `steps_per_epoch` batches the global steps [first_step, first_step + steps) reach."""
+    if steps <= 0:
+        return 0
+    return (first_step + steps - 1) // steps_per_epoch - first_step // steps_per_epoch + 1
+
+
+def mechanisms(scheme: str, q: float, noise: float, steps: int, steps_per_epoch: int = 0,
+               first_step: int = 0) -> Segment:
+    """(sampling rate, noise multiplier, count) of the dp_accounting events that `steps` steps of a
+    scheme are, for batches at compiled rate q and effective noise multiplier z = `noise`.
+
+    FIXED and SHUFFLE batches are not sampled: one record added to the data set may move every later
+    batch boundary, so a batch may change by one record in and one out, at most twice the
+    add-or-remove sensitivity (triangle inequality): a Gaussian at z/2, rate 1. Under SHUFFLE a
+    record's insertion can be coupled to change one batch per epoch (docs/privacy.md), so an epoch
+    is one such Gaussian.
+    """
+    if scheme in (POISSON, DECLARED_POISSON):
+        return (q, noise, steps)
+    if scheme == FIXED:
+        return (1.0, noise / 2, steps)
+    if scheme == SHUFFLE:
+        if steps_per_epoch < 1:
+            raise ConfigError(f"steps_per_epoch: shuffled batches need the batches per epoch, got {steps_per_epoch}")
+        return (1.0, noise / 2, epochs_touched(first_step, steps, steps_per_epoch))
+    raise ConfigError(f"sampling: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+
+
 def _event(q: float, noise: float, steps: int) -> dp_accounting.DpEvent:
-    return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise)), steps)
+    gaussian = dp_accounting.GaussianDpEvent(noise)
+    return dp_accounting.SelfComposedDpEvent(gaussian if q >= 1 else dp_accounting.PoissonSampledDpEvent(q, gaussian),
+                                             steps)
 
 
 def training_event(segments: Iterable[Segment]) -> dp_accounting.DpEvent:
@@ -239,9 +284,12 @@ def get_accountant(name: str) -> Accountant:
 
 
 class _Record(tf.train.experimental.PythonState):
-    """The ledger's host-side record, JSON in checkpoints: finished segments and the current
-    segment's (q, noise). Python state, not variables: a tf.distribute strategy would mirror a
-    variable, and MultiWorkerMirroredStrategy cannot broadcast a string to its workers."""
+    """The ledger's host-side record, JSON in checkpoints: finished segments
+    `[q, noise, steps, scheme, steps_per_epoch, first_step]` and the current segment's
+    `[q, noise, scheme, steps_per_epoch, first_step]` (records written before schemes existed,
+    `[q, noise, steps]` and `[q, noise]`, are Poisson). Python state, not variables: a tf.distribute
+    strategy would mirror a variable, and MultiWorkerMirroredStrategy cannot broadcast a string to
+    its workers."""
 
     def __init__(self):
         self.history: list[list] = []
@@ -253,23 +301,30 @@ class _Record(tf.train.experimental.PythonState):
     def deserialize(self, string_value) -> None:
         value = string_value.decode() if isinstance(string_value, bytes) else str(string_value)
         record = json.loads(value)
-        self.history, self.current = record["history"], record["current"]
+        self.history = [row if len(row) > 3 else [*row, POISSON, 0, 0] for row in record["history"]]
+        current = record["current"]
+        self.current = current if not current or len(current) > 2 else [*current, POISSON, 0, 0]
 
 
 class PrivacyLedger(tf.Module):
     """Composed privacy history, saved by `tf.train.Checkpoint`.
 
-    `record` holds the finished segments and the current segment's mechanism; `steps` counts
-    the current segment's steps and is incremented inside the compiled train step, once per
-    private update.
+    `record` holds the finished segments and the current segment's mechanism (sampling scheme,
+    compiled rate q, effective noise multiplier); `steps` counts the current segment's steps and
+    is incremented inside the compiled train step, once per private update. `segments()` is what
+    the accountant composes: each segment's steps as the events of its scheme (`mechanisms`).
 
     Example:
         >>> from tfpriv.privacy import PrivacyLedger, get_accountant
         >>> ledger = PrivacyLedger()
-        >>> ledger.begin(0.01, 1.1)            # sampling rate q, effective noise multiplier
+        >>> ledger.begin(0.01, 1.1)            # Poisson batches at rate q, effective noise multiplier
         >>> _ = ledger.steps.assign_add(1000)  # what the train step does, once per private update
         >>> round(ledger.epsilon(1e-5), 3), round(ledger.epsilon(1e-5, get_accountant("pld")), 3)
         (1.712, 1.515)
+        >>> ledger.begin(0.01, 1.1, "fixed")   # then 10 steps on batches tfpriv did not sample
+        >>> _ = ledger.steps.assign_add(10)
+        >>> ledger.segments()[-1], ledger.total_steps
+        ((1.0, 0.55, 10), 1010)
     """
 
     def __init__(self, name: str = "privacy_ledger"):
@@ -279,37 +334,71 @@ class PrivacyLedger(tf.Module):
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps",
                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
-    def begin(self, q: float, noise: float) -> None:
-        """Starts (or, after a resume with the same mechanism, continues) a segment."""
+    def begin(self, q: float, noise: float, scheme: str = POISSON, steps_per_epoch: int = 0,
+              first_step: int = 0) -> None:
+        """Starts a segment of `scheme` batches at compiled rate q and effective noise multiplier
+        `noise`, or continues the current one if it has the same mechanism (a resumed run).
+        SHUFFLE needs `steps_per_epoch` and the global step of the segment's first batch."""
+        mechanisms(scheme, q, noise, 0, steps_per_epoch, first_step)  # ConfigError for an unknown scheme
         current = self.record.current
         if current:
-            cq, cn = current
-            if math.isclose(cq, q, rel_tol=1e-12) and math.isclose(cn, noise, rel_tol=1e-12):
+            cq, cn, cs, ck, _ = current
+            if (math.isclose(cq, q, rel_tol=1e-12) and math.isclose(cn, noise, rel_tol=1e-12) and cs == scheme
+                    and ck == steps_per_epoch):
                 return
             self._fold()
-        self.record.current = [q, noise]
+        self.record.current = [q, noise, scheme, int(steps_per_epoch), int(first_step)]
         self.steps.assign(0)
 
     def _fold(self) -> None:
         current = self.record.current
         if current and int(self.steps.numpy()) > 0:
-            q, noise = current
-            self.record.history.append([q, noise, int(self.steps.numpy())])
+            q, noise, scheme, per_epoch, first = current
+            self.record.history.append([q, noise, int(self.steps.numpy()), scheme, per_epoch, first])
         self.steps.assign(0)
 
-    def segments(self) -> list[Segment]:
-        hist = self.finished_segments()
+    @property
+    def scheme(self) -> str | None:
+        """The current segment's sampling scheme (None before the first `begin`)."""
+        return self.record.current[2] if self.record.current else None
+
+    def raw_segments(self, extra_steps: int = 0) -> list[dict]:
+        """Every segment as recorded: scheme, sampling_rate, noise_multiplier (effective), steps,
+        steps_per_epoch, first_step, and `accounted_as` [rate, noise multiplier, count] (what the
+        accountant composes). `extra_steps` are added to the current segment (what-if)."""
+        rows = [list(r) for r in self.record.history]
         if self.record.current:
-            q, noise = self.record.current
-            hist.append((q, noise, int(self.steps.numpy())))
-        return hist
+            q, noise, scheme, per_epoch, first = self.record.current
+            rows.append([q, noise, int(self.steps.numpy()) + extra_steps, scheme, per_epoch, first])
+        out = []
+        for q, noise, steps, scheme, per_epoch, first in rows:
+            out.append({"scheme": scheme, "sampling_rate": q, "noise_multiplier": noise, "steps": steps,
+                        "steps_per_epoch": per_epoch, "first_step": first,
+                        "accounted_as": list(mechanisms(scheme, q, noise, steps, per_epoch, first))})
+        return out
+
+    def segments(self, extra_steps: int = 0) -> list[Segment]:
+        """What the accountant composes: (rate, noise multiplier, count) per segment (`mechanisms`)."""
+        return [tuple(row["accounted_as"]) for row in self.raw_segments(extra_steps)]
 
     def finished_segments(self) -> list[Segment]:
-        return [tuple(s) for s in self.record.history]
+        return self.segments()[:len(self.record.history)]
+
+    def steps_within(self, budget: float, delta: float, accountant: Accountant = RDP) -> int:
+        """How many more steps of the current segment keep epsilon <= budget."""
+        q, noise, scheme, per_epoch, first = self.record.current
+        taken = int(self.steps.numpy())
+        rate, z, _ = mechanisms(scheme, q, noise, 1, per_epoch, first)
+        units = accountant.max_steps_within(budget, delta, rate, z, history=self.finished_segments())
+        if scheme != SHUFFLE:
+            return max(0, units - taken)
+        # the last step of the `units`-th epoch the segment reaches
+        return max(0, (first // per_epoch + units) * per_epoch - first - taken)
 
     @property
     def total_steps(self) -> int:
-        return sum(s[2] for s in self.segments())
+        """Private steps taken, over every segment."""
+        return sum(int(row[2]) for row in self.record.history) + (int(self.steps.numpy()) if self.record.current else 0)
 
     def epsilon(self, delta: float, accountant: Accountant = RDP) -> float:
         """The accountant's epsilon at `delta` for every segment recorded so far."""

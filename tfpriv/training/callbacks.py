@@ -13,22 +13,22 @@ from tfpriv.privacy.accounting import RDP, Accountant, PrivacyLedger
 class PrivacyCallback(keras.callbacks.Callback):
     """Adds `epsilon` to each epoch's logs and stops before a step would exceed `max_epsilon`.
 
-    Put it before TensorBoard/CSV callbacks so they see the epsilon it adds.
+    The steps still allowed are those of the ledger's current segment (its sampling scheme, rate
+    and noise: `PrivacyLedger.begin`), computed when the callback is made. Put it before
+    TensorBoard/CSV callbacks so they see the epsilon it adds.
     """
 
-    def __init__(self, ledger: PrivacyLedger, delta: float, sampling_rate: float, noise: float,
-                 max_epsilon: float | None = None, accountant: Accountant = RDP, announce: bool = True):
+    def __init__(self, ledger: PrivacyLedger, delta: float, max_epsilon: float | None = None,
+                 accountant: Accountant = RDP, announce: bool = True):
         super().__init__()
         self.announce = announce  # print `stopped_message` after a budget stop (the CLI prints its own)
         self.ledger, self.delta, self.accountant = ledger, delta, accountant
-        self.q, self.noise = sampling_rate, noise
         self.max_epsilon = max_epsilon
         # Steps this run may still take: computed from the (possibly resumed) ledger.
         self.allowed: int | None = None
         self.budget_reached = False
         if max_epsilon is not None:
-            self.allowed = accountant.max_steps_within(max_epsilon, delta, sampling_rate, noise,
-                                                       history=ledger.segments())
+            self.allowed = ledger.steps_within(max_epsilon, delta, accountant)
             self.budget_reached = self.allowed == 0
         self.start_steps = int(ledger.steps.numpy())
 
@@ -61,9 +61,10 @@ class PrivacyCallback(keras.callbacks.Callback):
 
     def exhausted_message(self) -> str:
         """Why no step may be taken: the budget, what one more step would spend, what was spent."""
-        next_eps = self.accountant.epsilon(self.ledger.segments() + [(self.q, self.noise, 1)], self.delta)
+        next_eps = self.accountant.epsilon(self.ledger.segments(extra_steps=1), self.delta)
+        q, noise, scheme = self.ledger.record.current[:3]
         return (f"max_epsilon={self.max_epsilon:g}: no further step fits in the budget: one more step would reach "
-                f"epsilon = {next_eps:.4g} (sampling rate {self.q:.4g}, noise multiplier {self.noise:.4g}); "
+                f"epsilon = {next_eps:.4g} ({scheme} batches, sampling rate {q:.4g}, noise multiplier {noise:.4g}); "
                 f"spent so far: {self._spent()}. Raise max_epsilon or the noise multiplier")
 
     def stopped_message(self) -> str:

@@ -12,7 +12,12 @@ step, which only sees the private critic: post-processing). Usage, as with any K
     history.history["epsilon"]          # the accountant's epsilon after each epoch
 
 The ledger is advanced inside the compiled step, so any `fit` (with or without the runner,
-under keras-tuner, resumed or not) reports the epsilon of the steps actually taken.
+under keras-tuner, resumed or not) reports the epsilon of the steps actually taken, each
+accounted as what its batch was (the sampling contract, docs/privacy.md "Sampling schemes"):
+arrays and `tfpriv.data.poisson_batches` are Poisson steps tfpriv drew; a dataset or generator
+tfpriv did not sample is refused unless `fit(..., sampling=...)` declares it ("poisson": the user's
+claim of Poisson sampling at the compiled rate; "fixed": any other batches, accounted without
+amplification); a step outside `fit` (`train_on_batch`, a loop calling `train_step`) is "fixed".
 """
 from __future__ import annotations
 
@@ -23,14 +28,14 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import keras
-from tfpriv.data.sampling import make_dataset, new_sampling_seed
+from tfpriv.data.sampling import default_max_batch_size, make_dataset, new_sampling_seed, sampled_by
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import PrivacyLedger, get_accountant
+from tfpriv.privacy.accounting import DECLARED_POISSON, FIXED, POISSON, SHUFFLE, PrivacyLedger, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine, public_batch
 from tfpriv.privacy.rng import in_step, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
-from tfpriv.training.callbacks import PrivacyCallback
+from tfpriv.training.callbacks import BudgetExhausted, PrivacyCallback
 
 NON_PRIVATE = DPConfig(aggregation="none", num_partitions=1)
 
@@ -132,8 +137,8 @@ class DPTraining:
                     0, dtype=tf.int64, trainable=False, name="step_count",
                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA))
         object.__setattr__(self, "_trackers", {})
-        if dp.private:
-            self.ledger.begin(self.sampling_rate, self.effective_noise_multiplier)
+        if dp.private:  # a step outside fit (train_on_batch, a loop calling train_step) is a fixed batch
+            self.ledger.begin(self.sampling_rate, self.effective_noise_multiplier, FIXED)
 
     @property
     def sampling_rate(self) -> float:
@@ -197,17 +202,24 @@ class DPTraining:
 
     # -- fit ---------------------------------------------------------------------------------------
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
-            steps_per_epoch=None, seed: int | None = None, **kwargs):
-        """Keras `fit`, private-aware.
+            steps_per_epoch=None, seed: int | None = None, sampling: str | None = None, **kwargs):
+        """Keras `fit`, private-aware: each step is accounted as what its batch was.
 
         Arrays (numpy or tensors): a private model draws Poisson batches of expected size
-        dp.expected_batch_size, round(1/q) steps an epoch, from (seed, step) — what the
-        accountant assumes. A `tf.data.Dataset` or generator is used as given and accounted as
-        if Poisson-sampled at q (the approximation TF Privacy reports). `epsilon` is added to
-        every epoch's logs (progress bar and History) and `max_epsilon` stops training.
+        dp.expected_batch_size, round(1/q) steps an epoch, from (seed, step). A dataset made by
+        `tfpriv.data.poisson_batches` (or tfpriv's own samplers) is accounted by its tag. Any other
+        `tf.data.Dataset` or generator needs `sampling`: "poisson" (you declare that every example
+        is in each batch independently with probability q = B/N; the records say the claim is
+        yours; a first batch far above B is refused) or "fixed" (any batches holding each record at
+        most once: a Gaussian at half the noise multiplier per step, no amplification). `epsilon`
+        is added to every epoch's logs (progress bar and History) and `max_epsilon` stops training.
         """
         private = self.dp_config.private if hasattr(self, "dp_config") else False
+        tag = None
         if private and _is_arrays(x):
+            if sampling not in (None, "poisson"):
+                raise ConfigError(f"sampling: arrays are Poisson-sampled by tfpriv; got sampling={sampling!r} "
+                                  "(declare a scheme only for a dataset or generator you batched)")
             if batch_size is not None and batch_size != self.dp_config.expected_batch_size:
                 raise ConfigError(f"batch_size: a private model samples batches of expected size "
                                   f"{self.dp_config.expected_batch_size:g} (dp.expected_batch_size), got {batch_size}")
@@ -225,26 +237,82 @@ class DPTraining:
             start = int(self.step_count.numpy()) if getattr(self, "step_count", None) is not None else 0
             batches, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
                                                  seed, start)
+            tag = sampled_by(batches)
             x = batches.map(lambda *parts: tf.nest.pack_sequence_as(structure, list(parts)))
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
             kwargs.setdefault("shuffle", False)
+        first = None
+        if getattr(self, "engine", None) is None or (private and tag is None and sampled_by(x) is None):
+            x, first = _peek(x, y)
         if getattr(self, "engine", None) is None:
-            if _is_iterator(x):  # a Python generator: peek at its first batch, then put it back
-                first = next(x)
-                x = itertools.chain([first], x)
-                self.prepare(first)
-            else:
-                self.prepare(_first_batch(x, y))
+            self.prepare(first)
+        if private:
+            self._begin_segment(tag or sampled_by(x), sampling, first)
         callbacks = list(callbacks or [])
         if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
-            callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.sampling_rate,
-                                                self.effective_noise_multiplier, self.max_epsilon, self.accountant))
+            callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.max_epsilon, self.accountant))
         if verbose != 0 and not any(isinstance(c, self.keras_module.callbacks.ProgbarLogger) for c in callbacks):
             # After the privacy callback, so the progress bar's epoch line shows epsilon.
             callbacks.append(self.progress_bar())
-        return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
-                           steps_per_epoch=steps_per_epoch, **kwargs)
+        try:
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
+                               steps_per_epoch=steps_per_epoch, **kwargs)
+        finally:
+            if private:  # steps after this fit, outside any fit, are fixed batches
+                self.ledger.begin(self.sampling_rate, self.effective_noise_multiplier, FIXED)
+
+    def _begin_segment(self, tag, sampling: str | None, first) -> None:
+        """Starts (or continues) the ledger segment that accounts this fit's batches (the sampling
+        contract); refuses what cannot be accounted, naming the argument."""
+        q, noise, n = self.sampling_rate, self.effective_noise_multiplier, self.num_examples
+        steps = int(self.step_count.numpy())
+        if tag is not None:
+            if sampling is not None and sampling != tag.scheme:
+                raise ConfigError(f"sampling: the dataset was drawn by tfpriv's {tag.scheme} sampler; got "
+                                  f"sampling={sampling!r} (leave it unset)")
+            if tag.num_examples != n or not math.isclose(tag.sampling_rate, q, rel_tol=1e-9):
+                raise ConfigError(f"x: the dataset samples at rate {tag.sampling_rate:.6g} from {tag.num_examples} "
+                                  f"examples; the model was compiled for q = {q:.6g} (B/N with N={n})")
+            if tag.scheme == SHUFFLE:
+                if tag.next_step != steps:
+                    raise ConfigError(f"x: this shuffled dataset starts at step {tag.next_step}, the model has taken "
+                                      f"{steps} steps (make a new one with start_step={steps})")
+                self.ledger.begin(q, noise, SHUFFLE, tag.steps_per_epoch, steps)
+                tag.next_step = -1  # one fit only: its epochs are counted from this start
+                return
+            tag.next_step = max(tag.next_step, steps)  # never a step's batch drawn twice
+            self.ledger.begin(q, noise, POISSON)
+            return
+        if sampling == "poisson":
+            size = int(tf.shape(tf.nest.flatten(first)[0])[0]) if first is not None else 0
+            cap = default_max_batch_size(n, q)
+            if size > cap:
+                raise ConfigError(f"sampling: a Poisson batch at q = {q:.4g} from N={n} has size <= {cap} but for "
+                                  f"negligible probability; the first batch has {size} examples")
+            self.ledger.begin(q, noise, DECLARED_POISSON)
+        elif sampling == "fixed":
+            self.ledger.begin(q, noise, FIXED)
+        else:
+            raise ConfigError(
+                f"x: tfpriv did not sample this dataset's or generator's batches, so it cannot know what ran (got sampling="
+                f"{sampling!r}): pass arrays (Poisson batches drawn by tfpriv), a tfpriv.data.poisson_batches "
+                "dataset, or declare the scheme: sampling=\"poisson\" if every example is in each batch "
+                "independently with probability q = B/N, sampling=\"fixed\" for any other batches (no "
+                "amplification; docs/privacy.md, \"Sampling schemes\")")
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        """Keras `train_on_batch`: one private step on the batch given, accounted as a fixed batch
+        (a Gaussian at half the noise multiplier, no amplification by sampling: docs/privacy.md,
+        "Sampling schemes"); refused once `max_epsilon` is spent."""
+        if getattr(self, "dp_config", None) is not None and self.dp_config.private:
+            if getattr(self, "engine", None) is None:
+                self.prepare(_peek(x, y)[1])
+            if self.max_epsilon is not None and self.ledger.steps_within(self.max_epsilon, self.delta,
+                                                                          self.accountant) < 1:
+                raise BudgetExhausted(f"train_on_batch: max_epsilon={self.max_epsilon:g}: one more step on a fixed "
+                                      f"batch would exceed the budget (spent: epsilon = {self.epsilon():.4g})")
+        return super().train_on_batch(x, y, *args, **kwargs)
 
     def progress_bar(self):
         """The progress bar `fit` adds after the privacy callback."""
@@ -318,10 +386,14 @@ def _is_iterator(x) -> bool:
     return hasattr(x, "__next__") and not isinstance(x, tf.data.Dataset)
 
 
-def _first_batch(x, y):
+def _peek(x, y):
+    """(x as `fit` will read it, its first batch): a generator's first batch is put back."""
+    if _is_iterator(x):
+        first = next(x)
+        return itertools.chain([first], x), first
     if isinstance(x, tf.data.Dataset):
-        return next(iter(x))
+        return x, next(iter(x))
     if _is_arrays(x):
         first = tf.nest.map_structure(lambda a: tf.convert_to_tensor(np.asarray(a)[:8]), x)
-        return first if y is None else (first, tf.convert_to_tensor(np.asarray(y)[:8]))
+        return x, first if y is None else (first, tf.convert_to_tensor(np.asarray(y)[:8]))
     raise ConfigError(f"x: expected arrays, a tf.data.Dataset or a generator of batches, got {type(x).__name__}")

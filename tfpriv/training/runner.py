@@ -18,11 +18,12 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfpriv.compat import keras
-from tfpriv.data.sampling import (SHUFFLE_CAVEAT, default_max_batch_size, make_dataset, new_sampling_seed,
+from tfpriv.data.sampling import (default_max_batch_size, make_dataset, new_sampling_seed, sampled_by,
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
-from tfpriv.privacy.accounting import RDP, Accountant, PrivacyLedger, Segment, get_accountant
+from tfpriv.privacy.accounting import (POISSON, RDP, SHUFFLE, Accountant, PrivacyLedger, Segment, get_accountant,
+                                       mechanisms)
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.run_folder import CHECKPOINTS_DIR, LOGS_DIR, PRIVACY_PLAN_FILE
@@ -31,6 +32,9 @@ from tfpriv.training.dp_model import DPModel, default_delta
 
 
 __all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger", "restore_networks"]
+
+SHUFFLE_NOTE = ("shuffled batches: accounted as one Gaussian at half the noise multiplier per epoch, "
+                "no amplification by sampling (docs/privacy.md, \"Sampling schemes\")")
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyPlan:
@@ -60,12 +64,9 @@ class PrivacyPlan:
     delta: float
     target_epsilon: float | None
     max_epsilon: float | None
-    history: tuple[Segment, ...] = ()  # the ledger of the run this plan continues
+    history: tuple[Segment, ...] = ()  # the ledger of the run this plan continues (what the accountant composes)
     accountant: Accountant = RDP  # how epsilon is computed from the events
-
-    @property
-    def steps_taken(self) -> int:
-        return sum(int(s[2]) for s in self.history)
+    steps_taken: int = 0  # the private steps of that ledger
 
     @property
     def effective_noise_multiplier(self) -> float:
@@ -103,17 +104,18 @@ class PrivacyPlan:
                                    "epsilon": self.accountant.epsilon(self.history, self.delta),
                                    "segments": [list(seg) for seg in self.history]}
         if self.sampling == "shuffle" and cfg.private:
-            out["epsilon_caveat"] = SHUFFLE_CAVEAT
+            out["epsilon_caveat"] = SHUFFLE_NOTE
         return out
 
 
 def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size: int, epochs: int,
                  sampling: str = "poisson", delta: float | None = None, target_epsilon: float | None = None,
-                 max_epsilon: float | None = None, history: Sequence[Segment] = (),
+                 max_epsilon: float | None = None, history: PrivacyLedger | Sequence[Segment] = (),
                  accountant: str = "rdp") -> PrivacyPlan:
     """Validates the privacy flags together and calibrates the noise for a target epsilon.
 
-    `history`: the ledger segments of the run being resumed (`read_ledger(output_dir)`). With a
+    `history`: the ledger of the run being resumed (`read_ledger(output_dir)`; or its segments, all
+    Poisson steps). With a
     target epsilon the noise is calibrated so that history + the remaining planned steps end at
     the target, not the planned steps alone (which would overshoot it). `accountant`: "rdp" or "pld"
     (`tfpriv.privacy.get_accountant`).
@@ -153,37 +155,43 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
     return continue_plan(plan, history)
 
 
-def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
-    """`plan` for a run whose ledger already holds `history`: noise re-calibrated for a target epsilon."""
+def continue_plan(plan: PrivacyPlan, history: PrivacyLedger | Sequence[Segment]) -> PrivacyPlan:
+    """`plan` for a run whose ledger already holds `history`: noise re-calibrated for a target epsilon
+    over the mechanisms the remaining planned steps are under the plan's sampling scheme."""
+    if isinstance(history, PrivacyLedger):
+        steps_taken, history = history.total_steps, history.segments()
+    else:
+        steps_taken = sum(int(n) for _, _, n in history)
     history = tuple((float(q), float(z), int(n)) for q, z, n in history if int(n) > 0)
-    plan = dataclasses.replace(plan, history=history)
+    plan = dataclasses.replace(plan, history=history, steps_taken=steps_taken)
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
     if config.private and plan.target_epsilon is not None and remaining > 0:
-        effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining,
-                                              history)
+        scheme = SHUFFLE if plan.sampling == "shuffle" else POISSON
+        # what the remaining steps are to the accountant per unit of noise (z = 1), then z scales
+        rate, unit, count = mechanisms(scheme, plan.sampling_rate, 1.0, remaining, plan.steps_per_epoch,
+                                       plan.steps_taken)
+        effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, rate, count, history) / unit
         plan = dataclasses.replace(plan, config=config.replace(
             noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
     return plan
 
 
-def read_ledger(output_dir: str) -> list[Segment]:
-    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run): the (sampling
-    rate, effective noise multiplier, steps) segments a resumed run continues (`plan_privacy`'s
-    `history`).
+def read_ledger(output_dir: str) -> PrivacyLedger:
+    """The privacy ledger saved in `output_dir/checkpoints` (empty for a new run): what a resumed
+    run continues (`plan_privacy`'s `history`); `.segments()` is what the accountant composes.
 
     Example:
         >>> import tempfile
         >>> from tfpriv.training.runner import read_ledger
-        >>> read_ledger(tempfile.mkdtemp())
+        >>> read_ledger(tempfile.mkdtemp()).segments()
         []
     """
-    latest = tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINTS_DIR))
-    if latest is None:
-        return []
     ledger = PrivacyLedger()
-    tf.train.Checkpoint(ledger=ledger).restore(latest).expect_partial()
-    return ledger.segments()
+    latest = tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINTS_DIR))
+    if latest is not None:
+        tf.train.Checkpoint(ledger=ledger).restore(latest).expect_partial()
+    return ledger
 
 
 def restore_networks(checkpoint: str, **networks: tf.Module) -> int:
@@ -260,9 +268,10 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         >>> out["steps"], round(out["epsilon"], 2)
         (8, 1.94)
     """
-    history = read_ledger(output_dir)
-    if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
-        plan = continue_plan(plan, history)
+    saved = read_ledger(output_dir)
+    if plan.config.private and (list(plan.history) != [s for s in saved.segments() if s[2] > 0]
+                                or plan.steps_taken != saved.total_steps):
+        plan = continue_plan(plan, saved)
     optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
     model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
                   max_epsilon=plan.max_epsilon, accountant=plan.accountant.name)
@@ -279,10 +288,11 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling,
                                                int(state.sampling_seed.numpy()), int(model.step_count.numpy()))
     noise = plan.effective_noise_multiplier
-    if plan.config.private:
-        model.ledger.begin(q, noise)  # after the restore: continues or folds the saved segment
+    if plan.config.private:  # after the restore: continues or folds the saved segment
+        start = int(model.step_count.numpy())
+        model.ledger.begin(q, noise, sampled_by(dataset).scheme, steps_per_epoch, start)
     write_json(os.path.join(output_dir, PRIVACY_PLAN_FILE), {**plan.summary(), "planned_steps": plan.planned_steps})
-    privacy = (PrivacyCallback(model.ledger, plan.delta, q, noise, plan.max_epsilon, plan.accountant,
+    privacy = (PrivacyCallback(model.ledger, plan.delta, plan.max_epsilon, plan.accountant,
                                announce=announce_budget_stop) if plan.config.private else None)
     callbacks = ([privacy] if privacy else []) + [
         CheckpointCallback(manager, state.epoch),
@@ -297,7 +307,13 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
     train_steps = int(model.step_count.numpy())
+    as_if_poisson = {}
+    if plan.config.private and plan.sampling == "shuffle":  # a labelled second figure, not the epsilon
+        as_if_poisson["epsilon_as_if_poisson"] = plan.accountant.epsilon(
+            [(row["sampling_rate"], row["noise_multiplier"], row["steps"]) for row in model.ledger.raw_segments()],
+            plan.delta)
     return {
+        **as_if_poisson,
         "batch_terms_reach": batch_terms_reach(model.engine),
         "epsilon": model.epsilon(plan.delta),
         "steps": model.ledger.total_steps if plan.config.private else train_steps,
