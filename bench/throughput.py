@@ -107,7 +107,8 @@ class Config:
 def keras_step(model: keras.Model, data) -> Callable[[], object]:
     """One `train_step` of a compiled model on a fixed batch, through Keras's own train function."""
     ds = tf.data.Dataset.from_tensors(data).repeat()
-    model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0)  # builds, prepares and traces
+    private = {"sampling": "fixed"} if getattr(getattr(model, "dp_config", None), "private", False) else {}
+    model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0, **private)  # builds, prepares and traces
     iterator = iter(ds)
     return lambda: model.train_function(iterator)
 

@@ -80,6 +80,54 @@ def test_ledger_continues_after_checkpoint_restore(tmp_path):
     assert restored.epsilon(1e-5) == pytest.approx(acc.RDP.epsilon([(0.01, 1.0, 200), (0.02, 1.5, 10)], 1e-5))
 
 
+def test_schemes_are_accounted_as_what_ran_and_survive_a_restore_across_schemes(tmp_path):
+    """Issue 48: each segment is accounted by its sampling scheme; a run resumed under another scheme
+    composes both; a checkpoint written before schemes existed reads as Poisson."""
+    ledger = acc.PrivacyLedger()
+    ledger.begin(0.01, 1.0)
+    ledger.steps.assign(100)
+    path = tf.train.Checkpoint(ledger=ledger).save(str(tmp_path / "ckpt"))
+    restored = acc.PrivacyLedger()
+    tf.train.Checkpoint(ledger=restored).restore(path)
+    restored.begin(0.01, 1.0, acc.FIXED)                 # continued on fixed batches
+    restored.steps.assign_add(5)
+    restored.begin(0.01, 1.0, acc.SHUFFLE, steps_per_epoch=10, first_step=105)   # then 12 shuffled steps
+    restored.steps.assign_add(12)                        # steps 105..116: epochs 10 and 11
+    assert restored.segments() == [(0.01, 1.0, 100), (1.0, 0.5, 5), (1.0, 0.5, 2)]
+    assert [r["scheme"] for r in restored.raw_segments()] == ["poisson", "fixed", "shuffle"]
+    assert restored.total_steps == 117
+    assert restored.epsilon(1e-5) == pytest.approx(independent_fixed_and_poisson(), rel=1e-9)
+    old = acc._Record()
+    old.deserialize('{"history": [[0.02, 1.5, 10]], "current": [0.01, 1.0]}')
+    assert old.history == [[0.02, 1.5, 10, "poisson", 0, 0]] and old.current == [0.01, 1.0, "poisson", 0, 0]
+
+
+def independent_fixed_and_poisson():
+    accountant = dp_accounting.rdp.RdpAccountant(list(acc.DEFAULT_ORDERS))
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 100)
+    accountant.compose(dp_accounting.GaussianDpEvent(0.5), 7)
+    return accountant.get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("first,steps,expected", [(0, 10, 1), (0, 11, 2), (5, 10, 2), (9, 1, 1), (10, 20, 2),
+                                                  (3, 0, 0)])
+def test_epochs_touched(first, steps, expected):
+    assert acc.epochs_touched(first, steps, 10) == expected
+
+
+def test_steps_within_a_budget_under_each_scheme():
+    for scheme, z, kwargs in ((acc.POISSON, 3.0, {}), (acc.FIXED, 20.0, {}),
+                              (acc.SHUFFLE, 3.0, {"steps_per_epoch": 10, "first_step": 4})):
+        ledger = acc.PrivacyLedger()
+        ledger.begin(0.05, z, scheme, **kwargs)
+        ledger.steps.assign(2)
+        n = ledger.steps_within(4.0, 1e-5)
+        assert acc.RDP.epsilon(ledger.segments(extra_steps=n), 1e-5) <= 4.0
+        assert acc.RDP.epsilon(ledger.segments(extra_steps=n + 1), 1e-5) > 4.0, scheme
+    with pytest.raises(ConfigError, match="^sampling: must be one of"):
+        acc.PrivacyLedger().begin(0.05, 3.0, "sorted")
+
+
 # -- the PLD accountant (`get_accountant("pld")`) ---------------------------------------------------
 def _independent_pld(q, z, steps, delta):
     acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,

@@ -119,7 +119,8 @@ def test_out_of_range_labels_and_token_ids_are_dropped():
                                                                              noise_multiplier=NOISE),
                                    num_examples=N, batch_size=N, delta=DELTA)                  # q = 1: all sampled
     dp_model.compile(optimizer="sgd")
-    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=1, verbose=0)
+    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=1, verbose=0,
+                           sampling="poisson")  # q = 1: every example in every batch
     assert history.history["dropped"] == [2.0] and np.isfinite(history.history["loss"][0])
 
 
@@ -129,8 +130,10 @@ def test_tf_data_progress_bar_save_load_and_export(tmp_path, capsys):
     rng = np.random.default_rng(0)
     x, y = rng.random((N, 12), dtype=np.float32), rng.integers(0, 3, N)
     dp_model = _private(model)
-    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(B), epochs=1, verbose=2)
-    assert history.history["epsilon"] == pytest.approx([RDP.epsilon([(B / N, NOISE, 2)], DELTA)])
+    with pytest.raises(tfpriv.errors.ConfigError, match="^x: tfpriv did not sample"):  # issue 48, Keras 3
+        dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(B), epochs=1, verbose=0)
+    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(B), epochs=1, verbose=2, sampling="fixed")
+    assert history.history["epsilon"] == pytest.approx([RDP.epsilon([(1.0, NOISE / 2, 2)], DELTA)])
     assert "epsilon: " in capsys.readouterr().out
     dp_model.save(str(tmp_path / "m.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "m.keras"))
@@ -155,5 +158,6 @@ def test_a_layer_no_path_supports_is_refused_in_one_line_naming_it():
     model = keras.Model([a, b], L.Dense(2)(_Bilinear(name="bilinear")(a, b)))
     x = np.random.default_rng(0).random((N, 4), dtype=np.float32)
     with pytest.raises(TypeError) as refused:
-        _private(model).fit(tf.data.Dataset.from_tensor_slices(((x, x), np.zeros(N, np.int32))).batch(B), verbose=0)
+        _private(model).fit(tf.data.Dataset.from_tensor_slices(((x, x), np.zeros(N, np.int32))).batch(B), verbose=0,
+                            sampling="fixed")
     assert str(refused.value) == "bilinear: positional call arguments besides inputs are not supported by the DP engine"

@@ -271,9 +271,9 @@ class DPTraining:
             if sampling is not None and sampling != tag.scheme:
                 raise ConfigError(f"sampling: the dataset was drawn by tfpriv's {tag.scheme} sampler; got "
                                   f"sampling={sampling!r} (leave it unset)")
-            if tag.num_examples != n or not math.isclose(tag.sampling_rate, q, rel_tol=1e-9):
-                raise ConfigError(f"x: the dataset samples at rate {tag.sampling_rate:.6g} from {tag.num_examples} "
-                                  f"examples; the model was compiled for q = {q:.6g} (B/N with N={n})")
+            if not math.isclose(tag.sampling_rate, q, rel_tol=1e-9):
+                raise ConfigError(f"x: the dataset samples at rate {tag.sampling_rate:.6g} ({tag.num_examples} "
+                                  f"examples); the model was compiled for q = {q:.6g} (B/N with N={n})")
             if tag.scheme == SHUFFLE:
                 if tag.next_step != steps:
                     raise ConfigError(f"x: this shuffled dataset starts at step {tag.next_step}, the model has taken "
@@ -370,13 +370,17 @@ class DPModel(DPTraining, keras.Model):
 
 
 def _is_arrays(x) -> bool:
+    if isinstance(x, dict):  # named inputs: {"image": ..., "label": ...}
+        return bool(x) and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in x.values())
     return isinstance(x, (np.ndarray, tf.Tensor, list)) or (
         isinstance(x, tuple) and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in x))
 
 
 def _as_arrays(value):
-    """numpy arrays in the structure Keras reads: a tuple/list of arrays is several inputs (or
-    targets), anything else one array."""
+    """numpy arrays in the structure Keras reads: a dict of arrays is named inputs, a tuple/list of
+    arrays several inputs (or targets), anything else one array."""
+    if isinstance(value, dict):
+        return {k: np.asarray(a) for k, a in value.items()}
     if isinstance(value, (tuple, list)) and value and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in value):
         return tuple(np.asarray(a) for a in value)
     return np.asarray(value)

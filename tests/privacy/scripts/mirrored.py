@@ -56,7 +56,7 @@ def weights_after_one_step(strategy, noise: float):
             aggregation="micro", l2_norm_clip=0.5, noise_multiplier=noise, expected_batch_size=32, seed=1, verify=False),
             num_examples=320)
     x = np.random.default_rng(0).standard_normal([32, 40]).astype(np.float32)
-    model.fit(tf.data.Dataset.from_tensors(x), epochs=1, verbose=0)
+    model.fit(tf.data.Dataset.from_tensors(x), epochs=1, verbose=0, sampling="fixed")
     return np.concatenate([w.ravel() for w in model.get_weights()]), int(model.ledger.steps.numpy())
 
 
@@ -91,7 +91,7 @@ def refusals(strategy) -> dict:
                 l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=8, seed=1, verify=False, **kw),
                 num_examples=80)
         try:
-            model.fit(tf.data.Dataset.from_tensors(x), epochs=1, verbose=0)
+            model.fit(tf.data.Dataset.from_tensors(x), epochs=1, verbose=0, sampling="fixed")
             out[name] = "accepted"
         except ConfigError as exc:
             out[name] = "refused: " + str(exc)
