@@ -156,15 +156,14 @@ class TrialPlanner:
 
     def event(self, values: dict) -> dp_accounting.DpEvent:
         """One trial's DpEvent with these values: the job's plan (data loaded, model built, nothing
-        trained or written), every planned step a Poisson-sampled Gaussian."""
+        trained or written), every planned step as its sampling scheme's events (`planned_segments`)."""
         key = json.dumps(values, sort_keys=True)
         if key not in self.events:
             run = self.job.training_run(self.settings(values), os.path.join(self.output_dir, TRIALS_DIR, "_planning"))
             plan = run.setup()
             self.delta = plan.delta
             self.caveat = plan.summary().get("epsilon_caveat", self.caveat)
-            self.events[key] = (training_event([(plan.sampling_rate, plan.effective_noise_multiplier,
-                                                 plan.planned_steps)])
+            self.events[key] = (training_event(plan.planned_segments())
                                 if plan.config.private else dp_accounting.NonPrivateDpEvent())
         return self.events[key]
 

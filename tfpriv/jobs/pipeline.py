@@ -156,6 +156,7 @@ def common_results(s, plan_: PrivacyPlan, fit: dict, metrics: dict) -> dict:
         "epochs": fit["epochs_completed"], "planned_epochs": plan_.epochs, "planned_steps": plan_.planned_steps,
         "resumed": fit["resumed"], "budget_reached": fit["budget_reached"], "seed": s.seed,
         "batch_terms_reach": fit["batch_terms_reach"], "metrics": metrics,
+        "ledger": fit["ledger"],  # every segment: its sampling scheme, rate, noise, steps, how it was accounted
         **({"epsilon_as_if_poisson": fit["epsilon_as_if_poisson"]} if "epsilon_as_if_poisson" in fit else {}),
     }
 

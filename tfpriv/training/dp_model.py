@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -216,6 +217,8 @@ class DPTraining:
         """
         private = self.dp_config.private if hasattr(self, "dp_config") else False
         tag = None
+        if private:
+            x, y, kwargs = self._private_fit_arguments(x, y, kwargs)
         if private and _is_arrays(x):
             if sampling not in (None, "poisson"):
                 raise ConfigError(f"sampling: arrays are Poisson-sampled by tfpriv; got sampling={sampling!r} "
@@ -261,6 +264,41 @@ class DPTraining:
         finally:
             if private:  # steps after this fit, outside any fit, are fixed batches
                 self.ledger.begin(self.sampling_rate, self.effective_noise_multiplier, FIXED)
+
+    def _private_fit_arguments(self, x, y, kwargs: dict):
+        """Keras' `fit` arguments with their meaning under DP (docs/guide.md, "fit and compile under
+        DP"): `validation_split` holds the last fraction of the arrays out of private training (as
+        Keras does, before any sampling), so `num_examples` must be the rest; validation metrics are
+        not covered by epsilon (said once); `sample_weight` and `class_weight` are refused."""
+        for name in ("sample_weight", "class_weight"):
+            if kwargs.get(name) is not None:
+                raise ConfigError(
+                    f"{name}: not supported by a private model: each example's gradient is clipped at C before "
+                    "the sum, so a weight above 1 is cut back by the clip and a weight in [0, 1] is undone for "
+                    "any example whose gradient exceeds C; reweight by resampling your arrays instead "
+                    "(each record at most once)")
+        split = kwargs.pop("validation_split", 0.0) or 0.0
+        if split:
+            if not _is_arrays(x):
+                raise ConfigError("validation_split: only for arrays (as in Keras); for a dataset or generator "
+                                  "pass validation_data=")
+            if kwargs.get("validation_data") is not None:
+                raise ConfigError("validation_split: give validation_split or validation_data, not both")
+            structure = _as_arrays(x) if y is None else (_as_arrays(x), _as_arrays(y))
+            n = len(tf.nest.flatten(structure)[0])
+            at = int(math.floor(n * (1.0 - split)))  # Keras' split: the last fraction, unshuffled
+            if at != self.num_examples:
+                raise ConfigError(f"validation_split: {split:g} holds out the last {n - at} of {n} examples, so "
+                                  f"private training sees {at}; make the model with num_examples={at} (the "
+                                  f"accountant's N), got {self.num_examples}")
+            train = tf.nest.map_structure(lambda a: a[:at], structure)
+            kwargs["validation_data"] = tf.nest.map_structure(lambda a: a[at:], structure)
+            x, y = (train, None) if y is None else train
+        if kwargs.get("validation_data") is not None and not getattr(self, "_said_validation", False):
+            object.__setattr__(self, "_said_validation", True)
+            print("tfpriv: validation metrics (val_*) are computed without privacy on the validation data: epsilon "
+                  "does not cover them (docs/privacy.md)", file=sys.stderr)
+        return x, y, kwargs
 
     def _begin_segment(self, tag, sampling: str | None, first) -> None:
         """Starts (or continues) the ledger segment that accounts this fit's batches (the sampling

@@ -35,7 +35,11 @@ class PrivateTraining(DPTraining):
         self._privacy = dict(dp=config, num_examples=num_examples, delta=delta, max_epsilon=max_epsilon)
 
     def compile(self, optimizer="adam", metrics=None, **kwargs):
-        """Keras compile; the privacy settings are those given to `make_private`."""
+        """Keras compile; the privacy settings and the loss are those given to `make_private`."""
+        if kwargs.get("loss") is not None:
+            raise ConfigError("loss: a private model's loss is the one given to make_private (made per-example, so "
+                              "each example's gradient is clipped); compile takes the optimizer and metrics")
+        kwargs.pop("loss", None)
         super().compile(optimizer=optimizer, metrics=metrics, **self._privacy, **kwargs)
         # `evaluate` may come before any `fit` (which builds the other trackers); `build` keeps this one.
         self._trackers["loss"] = self.keras_module.metrics.Mean(name="loss")

@@ -76,6 +76,14 @@ class PrivacyPlan:
     def planned_steps(self) -> int:
         return self.steps_per_epoch * self.epochs
 
+    def planned_segments(self) -> list[Segment]:
+        """What the whole planned run is to the accountant: the history it continues, then its
+        remaining steps as the events of its sampling scheme (`mechanisms`)."""
+        scheme = SHUFFLE if self.sampling == "shuffle" else POISSON
+        rest = mechanisms(scheme, self.sampling_rate, self.effective_noise_multiplier,
+                          max(0, self.planned_steps - self.steps_taken), self.steps_per_epoch, self.steps_taken)
+        return [*self.history, rest]
+
     def summary(self) -> dict:
         cfg = self.config
         out = {
@@ -314,6 +322,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
             plan.delta)
     return {
         **as_if_poisson,
+        "ledger": model.ledger.raw_segments() if plan.config.private else [],
         "batch_terms_reach": batch_terms_reach(model.engine),
         "epsilon": model.epsilon(plan.delta),
         "steps": model.ledger.total_steps if plan.config.private else train_steps,
