@@ -123,7 +123,7 @@ def test_train_step_applies_the_noised_gradient_unscaled_and_counts_critic_steps
     assert delta.std() == pytest.approx(z * clip / expected_batch, rel=0.06)
     for k in range(4):
         step(real_batch(4 + k % 3, seed=k))  # Poisson-like varying sizes, one trace
-    assert int(model.ledger.steps.numpy()) == 5  # one Poisson-sampled Gaussian per critic step
+    assert model.ledger.total_steps == 5  # one Poisson-sampled Gaussian per critic step
     assert int(model.d_optimizer.iterations.numpy()) == 5
     assert int(model.g_optimizer.iterations.numpy()) == 2  # after critic steps 2 and 4
     assert model.ledger.epsilon(1e-5) == pytest.approx(RDP.epsilon([(0.01, z, 5)], 1e-5))

@@ -1,7 +1,7 @@
 """`PrivateWGAN`: a Keras GAN whose critic is trained through the DP engine, one critic step per batch.
 
 Each `train_step` is one private critic step on its own Poisson batch, so every step is one
-Poisson-sampled Gaussian mechanism for the accountant and `ledger.steps` counts exactly those;
+Poisson-sampled Gaussian mechanism for the accountant and the ledger counts exactly those;
 after every `critic_steps`-th critic step it takes one generator step. The generator step sees
 only the critic and fresh latents/labels (uniform, not the private label marginal), never data:
 it is post-processing of the private critic. With `diversity_weight` > 0 the generator step also

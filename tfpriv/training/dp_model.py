@@ -241,7 +241,7 @@ class DPTraining:
             batches, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
                                                  seed, start)
             tag = sampled_by(batches)
-            x = batches.map(lambda *parts: tf.nest.pack_sequence_as(structure, list(parts)))
+            x = batches.map(_packer(structure))
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
             kwargs.setdefault("shuffle", False)
@@ -291,7 +291,7 @@ class DPTraining:
                 raise ConfigError(f"validation_split: {split:g} holds out the last {n - at} of {n} examples, so "
                                   f"private training sees {at}; make the model with num_examples={at} (the "
                                   f"accountant's N), got {self.num_examples}")
-            train = tf.nest.map_structure(lambda a: a[:at], structure)
+            train = tf.nest.map_structure(lambda a: a[:at], structure)  # noqa: E731 (numpy, not traced)
             kwargs["validation_data"] = tf.nest.map_structure(lambda a: a[at:], structure)
             x, y = (train, None) if y is None else train
         if kwargs.get("validation_data") is not None and not getattr(self, "_said_validation", False):
@@ -422,6 +422,15 @@ def _as_arrays(value):
     if isinstance(value, (tuple, list)) and value and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in value):
         return tuple(np.asarray(a) for a in value)
     return np.asarray(value)
+
+
+def _packer(structure):
+    """A dataset map from flat parts back to `structure` (a named function: AutoGraph cannot read the
+    source of a lambda among others in one function)."""
+    @tf.autograph.experimental.do_not_convert
+    def pack(*parts):
+        return tf.nest.pack_sequence_as(structure, list(parts))
+    return pack
 
 
 def _is_iterator(x) -> bool:
