@@ -1,6 +1,6 @@
 """Privacy-utility figures from GAN runs: inception score against epsilon (004's Figs. 1-3).
 
-    python -m tfpriv.gan.plots OUT.png TITLE LABEL=RUN_DIR [LABEL=RUN_DIR ...]
+    python experiments/dpwgan/plots.py OUT.png TITLE LABEL=RUN_DIR [LABEL=RUN_DIR ...]
 
 Each run contributes its `progress.json` (scores during training) and, if present, the final
 score of `results.json` (10,000 samples) as a marker. Non-private runs (epsilon = inf) are
@@ -13,7 +13,8 @@ import math
 import os
 import sys
 
-from tfpriv.run_folder import PROGRESS_FILE, RESULTS_FILE
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
+from tfpriv.run_folder import PROGRESS_FILE, RESULTS_FILE  # noqa: E402
 
 
 def load_curve(run_dir: str) -> tuple[list[float], list[float], list[int], dict | None]:
