@@ -1,6 +1,8 @@
 """The study READMEs' tables are their records: each table below is recomputed from the study's
 runs.jsonl by experiments/tools/aggregate.py and must appear in the README line for line (issue #47:
 a pinwheel table had matched no record)."""
+import re
+
 import pytest
 
 from experiments.tools import aggregate
@@ -55,3 +57,23 @@ def test_a_row_that_differs_from_its_records_is_caught(tmp_path):
     assert _seeds_line(str(runs), "r/kl-*") == "| `r/kl-*` | 0–1 | 0.950, 0.500 | 0.725 ± 0.318 | 1/2 | 0.200 |"
     with pytest.raises(SystemExit, match="no run matches"):
         aggregate.seeds_row(str(runs), "r/nokl-*")
+
+
+def test_every_pinwheel_purity_list_is_a_record_or_says_it_has_none():
+    """Each run of three or more per-seed purities in a pinwheel README table row is a run of consecutive
+    seeds of one sweep in runs.jsonl (to the 3 decimals shown), unless the row says `no record`."""
+    runs = aggregate.read(str(PINWHEEL / "runs.jsonl"))
+    sweeps: dict[str, list] = {}
+    for key, line in sorted(runs.items(), key=lambda kv: (kv[0].rsplit("-seed", 1)[0], kv[1]["record"]["seed"])):
+        sweeps.setdefault(key.rsplit("-eps", 1)[0], []).append(line["record"]["metrics"]["cluster_purity"])
+    number = r"(?:0\.\d{2,3}|1\.000)"
+    unmatched = []
+    for line in (PINWHEEL / "README.md").read_text().splitlines():
+        if not line.startswith("|") or "no record" in line:
+            continue
+        for found in re.findall(rf"{number}(?:, {number}){{2,}}", line):
+            values = [float(v) for v in found.split(", ")]
+            if not any(all(abs(s[i + j] - v) <= 0.0015 for j, v in enumerate(values))
+                       for s in sweeps.values() for i in range(len(s) - len(values) + 1)):
+                unmatched.append(found)
+    assert unmatched == []
