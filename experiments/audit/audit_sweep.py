@@ -20,7 +20,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 
-from tfpriv.audit.canary import classifier_canary_run, gan_canary_run, many_run_audit, vae_canary_run  # noqa: E402
+from experiments.audit.canaries import gan_canary_run, many_run_audit, vae_canary_run  # noqa: E402
+from tfpriv.audit.canary import classifier_canary_run  # noqa: E402
 from tfpriv.audit.run import run_audit  # noqa: E402
 from tfpriv.audit.sweep import Case, run_case, with_declared_sensitivity  # noqa: E402
 from tfpriv.training.runner import write_json  # noqa: E402

@@ -4,7 +4,7 @@ Every tfpriv point is read from a run's record (a `results.json`, a `rescore_dpi
 line of a `runs.jsonl`); none is typed in here. The reference points are DPImageBench's published table
 (../shared/references/dpimagebench.md). Two scales are drawn, and they are not the same protocol:
 the project's small CNN (`--eval_protocol=tfpriv`) and DPImageBench's recipe reduced to ResNet-8 for
-5 epochs (`matches_dpimagebench: false`).
+5 epochs (`matches_dpimagebench: false`: one classifier of the source's three, at a reduced depth).
 
     python experiments/frontier/accuracy_vs_eps.py   # writes experiments/frontier/accuracy_vs_eps.png
 """

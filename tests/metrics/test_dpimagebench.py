@@ -94,12 +94,25 @@ def test_evaluate_records_each_classifier_and_the_selections_epsilon():
     sel = record["selection"]
     assert sel["mode"] == "private_validation" and sel["validation_examples"] == 30
     assert sel["noise_std"] == pytest.approx(math.sqrt(2) / 0.25) and sel["epsilon"] == pytest.approx(0.25)
-    assert record["matches_dpimagebench"] is False
+    assert record["matches_dpimagebench"] is False and record["resnet_matches_dpimagebench"] is False
+    assert record["classifiers_averaged"] == ["resnet"]
     synthetic = dpimagebench.evaluate(images, labels, test_images, test_labels, validation=None, depth=8, epochs=1,
                                       seed=0)
     assert synthetic["selection"] == {"mode": "synthetic_validation", "validation_examples": 4, "selections": 1,
                                       "epsilon": 0.0}
 
+
+
+def test_a_resnet_110_record_does_not_read_as_dpimagebench_s_three_classifier_average():
+    """Issue #47: the source averages ResNet, WRN-40-4 and ResNeXt-29; a ResNet-110 run alone matches its
+    ResNet part only."""
+    full = dict(epochs=dpimagebench.EPOCHS, depth=110, synthetic_examples=dpimagebench.SYNTHETIC_EXAMPLES)
+    resnet_only = dpimagebench.protocol_match(classifiers=("resnet",), **full)
+    assert resnet_only == {"resnet_matches_dpimagebench": True, "classifiers_averaged": ["resnet"],
+                           "matches_dpimagebench": False}
+    assert dpimagebench.protocol_match(classifiers=("resnet", "wrn", "resnext"), **full)["matches_dpimagebench"]
+    reduced = dpimagebench.protocol_match(epochs=5, depth=8, synthetic_examples=60000, classifiers=("resnet",))
+    assert not reduced["resnet_matches_dpimagebench"] and not reduced["matches_dpimagebench"]
 
 
 @pytest.mark.parametrize("epochs,step", [(50, 20), (10, 4), (6, 2), (3, 1), (2, 1), (1, 1)])
