@@ -39,3 +39,19 @@ def _seed():
     tf.random.set_seed(0)
     np.random.seed(0)
     yield
+
+
+# The fast tier, `pytest -m "not slow"`: what a developer runs on every change (the engine, its rules,
+# accounting, config, data, CLI parsing, the import graph and the records' checks). Every other test
+# (trainings of a family, whole runs, processes started) is marked slow; CI runs both. A test in a
+# fast module that is slow itself carries `@pytest.mark.slow`.
+FAST = ("tests/privacy/", "tests/data/", "tests/metrics/", "tests/experiments/", "tests/cli/test_fuzz_flags.py",
+        "tests/test_architecture.py", "tests/test_api_docs.py", "tests/test_compat.py")
+SLOW_IN_FAST = ("tests/privacy/test_distributed.py",)  # a process with logical devices
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = pathlib.Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
+        if not path.startswith(FAST) or path.startswith(SLOW_IN_FAST):
+            item.add_marker(pytest.mark.slow)
