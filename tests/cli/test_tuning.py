@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import zipfile
 
 import dp_accounting
 import numpy as np
@@ -20,6 +21,7 @@ from absl.testing import flagsaver
 from tests.cli.helpers import TRAIN, assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
 from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
+import tfpriv
 from tfpriv.cli.tuning import TrialPlanner
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.gan import cli as gan_cli
@@ -83,6 +85,54 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
     assert released["best"]["values"] == record["best"]["values"] and (out / "best" / "results.json").is_file()
     assert f"epsilon of the whole job = {record['privacy']['epsilon']:.4g}" in proc.stdout
     assert "trials (K =" not in proc.stdout and "naive composition" not in proc.stdout  # K stays private
+
+
+def released_strings(value, where=""):
+    """(where, key or string) for every key and string value of a JSON record."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{where}.{key}", key
+            yield from released_strings(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from released_strings(item, f"{where}[{i}]")
+    elif isinstance(value, str):
+        yield where, value
+
+
+def test_nothing_under_best_names_a_trial_a_count_or_a_private_path(tmp_path, capsys, monkeypatch):
+    """Issue 46.3: every file under best/ (its JSON keys and strings, its file names, its bytes and the
+    members of its archives) names no trial, no count of trials and no path into private/; what
+    names a path names the released copy. K = 2 without --seed (a release: trial seeds from OS
+    entropy); the best trial is the second, whose position bounds K from below."""
+    monkeypatch.setattr(TrialCount, "sample", lambda self, rng: 2)
+    out = tmp_path / "tune"
+    proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--mean_trials=2", f"--search_space={SPACE}",
+                    "--objective=reconstruction_error", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "private" / "tuning.json").read_text())
+    assert len(record["trials"]) == 2
+    trial = out / "private" / "trials" / record["best"]["trial_id"]
+    forbidden = [b"private", b"trial", os.fsencode(trial)]
+    files = sorted(p for p in (out / "best").rglob("*") if p.is_file())
+    assert files and {p.name for p in files} >= {"results.json", "privacy_plan.json", "saved_model.pb"}
+    for path in files:
+        where = str(path.relative_to(out / "best"))
+        assert not any(f.decode() in where for f in forbidden), where
+        if path.name.startswith("events.out.tfevents."):  # no process-wide writer counter (one per trial)
+            assert re.fullmatch(r"events\.out\.tfevents\.\d+\.v2", path.name), where
+        data = path.read_bytes()
+        members = ([zipfile.ZipFile(path).read(m) for m in zipfile.ZipFile(path).namelist()]
+                   if zipfile.is_zipfile(path) else [])
+        assert not any(f in blob for f in forbidden for blob in [data, *members]), where
+        if path.suffix == ".json":
+            for key, text in released_strings(json.loads(data)):
+                assert not any(f.decode() in text.lower() for f in forbidden), (where, key, text)
+    released = json.loads((out / "best" / "results.json").read_text())
+    original = json.loads((trial / "results.json").read_text())
+    assert released["saved_model"]["path"] == str(out / "best" / "saved_model") and released["seed"] is None
+    assert {**released, "saved_model": None} == {**original, "saved_model": None}
+    assert tfpriv.load(str(out / "best")) is not None
 
 
 @pytest.mark.parametrize("args,flag", [

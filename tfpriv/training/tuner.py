@@ -58,6 +58,7 @@ from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
 from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, TRIALS_DIR, TUNING_FILE, TUNING_PLAN_FILE,
                                TUNING_TRIAL_FILE)
+from tfpriv.training.best_run import copy_best_run
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
@@ -390,16 +391,17 @@ class TuningJob:
         return self.release(output_dir, common, best, privacy)
 
     def release(self, output_dir: str, common: dict, best: dict | None, privacy: dict) -> dict:
-        """Writes what the job releases: OUTPUT_DIR/best (the best trial's run, without its tuning
-        record) and OUTPUT_DIR/tuning.json (its values and score, the job's privacy). Random search's
-        bound covers the best trial alone: the number of trials, the other trials and their scores
-        stay in OUTPUT_DIR/private (its index among the trials would bound K from below)."""
+        """Writes what the job releases: OUTPUT_DIR/best (the best trial's run, naming no trial:
+        `tfpriv.training.best_run`) and OUTPUT_DIR/tuning.json (its values and score, the job's
+        privacy). Random search's bound covers the best trial alone: the number of trials, the other
+        trials and their scores stay in OUTPUT_DIR/private (its index among the trials would bound K
+        from below)."""
         best_dir = os.path.join(output_dir, BEST_DIR)
         shutil.rmtree(best_dir, ignore_errors=True)
         released = None
         if best is not None:
-            shutil.copytree(os.path.join(output_dir, TRIALS_DIR, best["trial_id"]), best_dir,
-                            ignore=shutil.ignore_patterns(TUNING_TRIAL_FILE))
+            copy_best_run(os.path.join(output_dir, TRIALS_DIR, best["trial_id"]), best_dir,
+                          os.path.join(output_dir, PRIVATE_DIR))
             released = {"values": best["values"], "objective": best["objective"], "run": BEST_DIR}
         if self.tuner == "random":
             privacy = {k: v for k, v in privacy.items() if k not in COUNT_KEYS}
