@@ -132,3 +132,34 @@ def test_a_tuning_jobs_folder_and_its_best_run_are_in_the_release_list(tmp_path,
     assert not missing, f"a tuning job writes outputs docs/privacy.md's release list does not name: {missing}"
     assert documented["tuning.json:best"] == "job ε" and documented["private/"] == "not private"
     assert "trials/" not in documented
+
+
+def test_a_tuned_make_private_model_releases_only_listed_outputs(tmp_path):
+    """Issue 50.14: `PrivateTuner` (your own model, tuned) writes the same top level as `--tune`; each
+    entry, tuning.json's keys and best/'s files are make_private rows of the list."""
+    from tfpriv.privacy.tuning import TrialCount
+    from tfpriv.training.private_tuner import PrivateTuner
+    import tfpriv
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)).astype(np.float32), rng.integers(0, 2, 64)
+    held_out = rng.normal(size=(16, 3)).astype(np.float32), rng.integers(0, 2, 16)  # outside the private set
+
+    def build_model(hp):
+        model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+        private = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                      tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0),
+                                      num_examples=64, batch_size=hp.Choice("batch_size", [16]))
+        private.compile(optimizer="sgd", metrics=["accuracy"])
+        return private
+
+    out = tmp_path / "tune"
+    PrivateTuner(build_model, {"batch_size": {"type": "choice", "values": [16]}}, objective="accuracy",
+                 score_data=held_out, trials=TrialCount("geometric", 1.0)).search(x, y, str(out), verbose=0)
+    written_ = {p.name + ("/" if p.is_dir() else "") for p in out.iterdir()}
+    assert written_ == {"tuning.json", "best/", "private/"}
+    written_ |= {f"tuning.json:{k}" for k in json.loads((out / "tuning.json").read_text())}
+    written_ |= {f"best/{p.name}" for p in (out / "best").iterdir()}
+    documented = release_table()["make_private"]
+    missing = sorted(o for o in written_ if o not in documented)
+    assert not missing, f"PrivateTuner writes outputs docs/privacy.md's release list does not name: {missing}"
