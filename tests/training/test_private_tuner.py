@@ -29,8 +29,9 @@ def data(seed: int):
 def build_model(hp):
     model = keras.Sequential([keras.layers.Input([6]), keras.layers.Dense(2)])
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    private = tfpriv.make_private(model, loss, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z),
-                                  num_examples=N, batch_size=hp.Choice("batch_size", [16, 32]), delta=DELTA)
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=Z)
+    private = tfpriv.make_private(model, loss, config, num_examples=N, batch_size=hp.Choice("batch_size", [16, 32]),
+                                  delta=DELTA)
     private.compile(keras.optimizers.SGD(hp.get("learning_rate")), metrics=["accuracy"])
     return private
 
