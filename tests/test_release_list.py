@@ -52,12 +52,9 @@ def tiny_classifier():
                                 layers.Dense(10, activation="softmax", name="probs")])
 
 
-def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str], str]:
-    """(what a tiny run of `family` wrote or released, what it printed)."""
-    if family == "make_private":
-        return make_private_history(), ""
-    common = [f"--output_dir={out}", "--verbose=0", "--sampling=shuffle"]
-    args = {
+def family_args(family: str, data_dir) -> list[str]:
+    """The flags of a tiny run of a command-line family."""
+    return {
         "privae": ["--model=privae", "--dataset=digits", "--architecture=mlp", "--latent_dim=2", "--batch_size=500",
                    "--epochs=1", "--eval_examples=20", "--eval_importance_samples=2", "--noise_multiplier=1.0",
                    "--aggregation=micro", "--regularizer=none"],
@@ -72,9 +69,16 @@ def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str
                    "--filter_eval_epochs=1", "--filter_eval_min_steps=10", "--budget=0.5", "--nogaussian_baseline",
                    "--nofilter_plots"],
     }[family]
+
+
+def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str], str]:
+    """(what a tiny run of `family` wrote or released, what it printed)."""
+    if family == "make_private":
+        return make_private_history(), ""
+    common = [f"--output_dir={out}", "--verbose=0", "--sampling=shuffle"]
     from tfpriv.gan import cli as gan_cli
     monkeypatch.setattr(gan_cli, "_classifier", lambda s: tiny_classifier())
-    proc = train_py(*common, *args, capsys=capsys)
+    proc = train_py(*common, *family_args(family, data_dir), capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return written(out), proc.stdout
 
@@ -110,3 +114,52 @@ def test_every_output_a_run_writes_is_in_the_release_list(family, tmp_path, data
     if family != "make_private":  # --sampling=shuffle: how it was accounted is on the line that prints epsilon
         line = next(l for l in printed.splitlines() if "epsilon = " in l)
         assert "[shuffled batches: accounted as one Gaussian at half the noise multiplier per epoch" in line, printed
+
+
+def test_a_tuning_jobs_folder_and_its_best_run_are_in_the_release_list(tmp_path, data_dir, capsys):
+    """Issue 46.8: a `--tune` job's top level (its entries, tuning.json's keys) and the best trial's
+    run folder (`best/`, as a run of the family) are rows of the list; the stale `trials/` is not."""
+    out = tmp_path / "tune"
+    proc = train_py(f"--output_dir={out}", "--verbose=0", *family_args("privae", data_dir), "--tune",
+                    "--mean_trials=1", '--search_space={"batch_size": {"type": "choice", "values": [500]}}',
+                    capsys=capsys)  # K = 1 (geometric, mean 1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    top = {p.name + ("/" if p.is_dir() else "") for p in out.iterdir()}
+    assert top == {"tuning.json", "best/", "private/"}
+    top |= {f"tuning.json:{k}" for k in json.loads((out / "tuning.json").read_text())}
+    documented = release_table()["privae"]
+    missing = sorted(o for o in top | written(out / "best") if o not in documented)
+    assert not missing, f"a tuning job writes outputs docs/privacy.md's release list does not name: {missing}"
+    assert documented["tuning.json:best"] == "job ε" and documented["private/"] == "not private"
+    assert "trials/" not in documented
+
+
+def test_a_tuned_make_private_model_releases_only_listed_outputs(tmp_path):
+    """Issue 50.14: `PrivateTuner` (your own model, tuned) writes the same top level as `--tune`; each
+    entry, tuning.json's keys and best/'s files are make_private rows of the list."""
+    from tfpriv.privacy.tuning import TrialCount
+    from tfpriv.training.private_tuner import PrivateTuner
+    import tfpriv
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)).astype(np.float32), rng.integers(0, 2, 64)
+    held_out = rng.normal(size=(16, 3)).astype(np.float32), rng.integers(0, 2, 16)  # outside the private set
+
+    def build_model(hp):
+        model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+        private = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                      tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0),
+                                      num_examples=64, batch_size=hp.Choice("batch_size", [16]))
+        private.compile(optimizer="sgd", metrics=["accuracy"])
+        return private
+
+    out = tmp_path / "tune"
+    PrivateTuner(build_model, {"batch_size": {"type": "choice", "values": [16]}}, objective="accuracy",
+                 score_data=held_out, trials=TrialCount("geometric", 1.0)).search(x, y, str(out), verbose=0)
+    written_ = {p.name + ("/" if p.is_dir() else "") for p in out.iterdir()}
+    assert written_ == {"tuning.json", "best/", "private/"}
+    written_ |= {f"tuning.json:{k}" for k in json.loads((out / "tuning.json").read_text())}
+    written_ |= {f"best/{p.name}" for p in (out / "best").iterdir()}
+    documented = release_table()["make_private"]
+    missing = sorted(o for o in written_ if o not in documented)
+    assert not missing, f"PrivateTuner writes outputs docs/privacy.md's release list does not name: {missing}"

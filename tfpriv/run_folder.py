@@ -6,7 +6,8 @@ Every run: `results.json` (`tfpriv.training.results`), `privacy_plan.json` (writ
 (TensorBoard), `saved_model/` (the serving signatures, `tfpriv.export`). `--mode=sample` adds
 `samples.npz` (and `samples_grid.png` for images), `--audit` writes `audit.json`. `--tune` releases
 `tuning.json` and `best/` (the best trial's run folder) and keeps `private/` (`tuning_plan.json`: the
-number of trials; `trials/<id>/`: every trial's run folder with its `tuning_trial.json`).
+number of trials; `trials/<id>/`: every trial's run folder with its `tuning_trial.json`;
+`console-<tuner id>.log`: what the trials printed).
 
 The trained model a built-in family saves (`tfpriv.load`): PriVAE `vae/`; a GAN `generator.keras`,
 `gan.json` (its settings) and `progress.json` (epsilon and scores per epoch), and after
@@ -30,6 +31,7 @@ PRIVATE_DIR = "private"
 TUNING_PLAN_FILE = "tuning_plan.json"
 TRIALS_DIR = os.path.join(PRIVATE_DIR, "trials")
 TUNING_TRIAL_FILE = "tuning_trial.json"
+TUNING_CONSOLE_FILE = "console-{}.log"  # per keras-tuner process (its tuner id)
 
 VAE_DIR = "vae"
 GENERATOR_FILE = "generator.keras"

@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import zipfile
 
 import dp_accounting
 import numpy as np
@@ -17,10 +18,11 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-from tests.cli.helpers import TRAIN, assert_one_line_error, train_py
+from tests.cli.helpers import TRAIN, assert_one_line_error, subprocess_train_py, train_py
 from tests.conftest import REPO_ROOT
 from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
-from tfpriv.cli.tuning import TrialPlanner
+import tfpriv
+from tfpriv.cli.tuning import TrialPlanner, report
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.gan import cli as gan_cli
 from tfpriv.jobs.job import read_settings
@@ -83,6 +85,69 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
     assert released["best"]["values"] == record["best"]["values"] and (out / "best" / "results.json").is_file()
     assert f"epsilon of the whole job = {record['privacy']['epsilon']:.4g}" in proc.stdout
     assert "trials (K =" not in proc.stdout and "naive composition" not in proc.stdout  # K stays private
+
+
+def released_strings(value, where=""):
+    """(where, key or string) for every key and string value of a JSON record."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{where}.{key}", key
+            yield from released_strings(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from released_strings(item, f"{where}[{i}]")
+    elif isinstance(value, str):
+        yield where, value
+
+
+def test_nothing_under_best_names_a_trial_a_count_or_a_private_path(tmp_path, capsys, monkeypatch):
+    """Issue 46.3: every file under best/ (its JSON keys and strings, its file names, its bytes and the
+    members of its archives) names no trial, no count of trials and no path into private/; what
+    names a path names the released copy. K = 2 without --seed (a release: trial seeds from OS
+    entropy); the best trial is the second, whose position bounds K from below."""
+    monkeypatch.setattr(TrialCount, "sample", lambda self, rng: 2)
+    out = tmp_path / "tune"
+    proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--mean_trials=2", f"--search_space={SPACE}",
+                    "--objective=reconstruction_error", capsys=capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "private" / "tuning.json").read_text())
+    assert len(record["trials"]) == 2
+    trial = out / "private" / "trials" / record["best"]["trial_id"]
+    forbidden = [b"private", b"trial", os.fsencode(trial)]
+    files = sorted(p for p in (out / "best").rglob("*") if p.is_file())
+    assert files and {p.name for p in files} >= {"results.json", "privacy_plan.json", "saved_model.pb"}
+    for path in files:
+        where = str(path.relative_to(out / "best"))
+        assert not any(f.decode() in where for f in forbidden), where
+        if path.name.startswith("events.out.tfevents."):  # no process-wide writer counter (one per trial)
+            assert re.fullmatch(r"events\.out\.tfevents\.\d+\.v2", path.name), where
+        data = path.read_bytes()
+        members = ([zipfile.ZipFile(path).read(m) for m in zipfile.ZipFile(path).namelist()]
+                   if zipfile.is_zipfile(path) else [])
+        assert not any(f in blob for f in forbidden for blob in [data, *members]), where
+        if path.suffix == ".json":
+            for key, text in released_strings(json.loads(data)):
+                assert not any(f.decode() in text.lower() for f in forbidden), (where, key, text)
+    released = json.loads((out / "best" / "results.json").read_text())
+    original = json.loads((trial / "results.json").read_text())
+    assert released["saved_model"]["path"] == str(out / "best" / "saved_model") and released["seed"] is None
+    assert {**released, "saved_model": None} == {**original, "saved_model": None}
+    assert tfpriv.load(str(out / "best")) is not None
+
+
+def test_the_jobs_console_shows_only_what_it_releases(tmp_path):
+    """Issue 46.6: a tuning job's whole console output (stdout and stderr of the process, at the
+    default verbosity) is the released report (the job's epsilon, the best trial's values and
+    score), nothing of K or the other trials; what the trials printed (keras-tuner's "Search:
+    Running Trial #n" tables, Keras's progress with each trial's epsilon) is in private/."""
+    out = tmp_path / "tune"
+    proc = subprocess_train_py(f"--output_dir={out}", *(a for a in TINY if a != "--verbose=0"), "--tune",
+                               "--mean_trials=1", f"--search_space={SPACE}")  # K = 1 (geometric, mean 1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    released = json.loads((out / "tuning.json").read_text())
+    assert proc.stdout == report(str(out), released) + "\n" and proc.stderr == ""
+    console = (out / "private" / "console-tuner0.log").read_text()
+    assert "Search: Running Trial #1" in console and "epsilon:" in console
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -220,9 +285,10 @@ def test_distributed_tuning_one_chief_two_workers_on_loopback(tmp_path):
     assert record["trials_drawn"] == 2 and record["privacy"]["trials_run"] == 2
     ran = {t["trial_id"]: t["tuner_id"] for t in record["trials"]}
     assert sorted(ran.values()) == ["tuner0", "tuner1"]  # one trial each
-    for name in ("tuner0", "tuner1"):
-        mine = [trial for trial, who in ran.items() if who == name]
-        assert f"tuning worker {name} ran trials {', '.join(mine)}" in done[name][0]
+    for name in ("tuner0", "tuner1"):  # a worker's console names none of its trials (issue 46.6)
+        assert done[name][0].strip() == (f"tuning worker {name} finished (its trials: {out}/private); "
+                                         f"the chief writes {out}/tuning.json")
+        assert (out / "private" / f"console-{name}.log").is_file()
     results = trial_results(record, out)
     assert len({r["seed"] for r in results}) == 2  # every trial has its own random streams
     assert record["best"]["objective"] == max(t["objective"] for t in record["trials"])  # log_likelihood: max
@@ -289,7 +355,6 @@ def test_the_guide_tuning_section_links_to_the_derivations_and_caps_k_within_del
 
 def test_the_job_epsilon_line_carries_the_shuffle_caveat():
     """Issue 31 P4 for --tune: trials on shuffled batches qualify the job's epsilon on the line that prints it."""
-    from tfpriv.cli.tuning import report
     from tfpriv.training.runner import SHUFFLE_NOTE as SHUFFLE_CAVEAT
     privacy = {"epsilon": 1.5, "delta": 1e-5, "analysis": "Papernot & Steinke 2022", "epsilon_one_trial": 1.0,
                "trial_count": {"distribution": "geometric", "mean": 3}}

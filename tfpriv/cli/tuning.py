@@ -33,7 +33,7 @@ from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.jobs.tuning import FamilyTuning
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
-from tfpriv.run_folder import TRIALS_DIR
+from tfpriv.run_folder import PRIVATE_DIR, TRIALS_DIR
 from tfpriv.training.tuner import TUNERS, TuningJob, privacy_configurations
 
 flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
@@ -261,9 +261,9 @@ def tune(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = fl
 
 def report(output_dir: str, result: dict) -> str:
     """The lines `train.py --tune` prints: what the job releases (random search: not the number of
-    trials, which the job's epsilon does not cover)."""
+    trials, which the job's epsilon does not cover; a worker names none of its trials)."""
     if result.get("role") == "worker":
-        return (f"tuning worker {result['tuner_id']} ran trials {', '.join(result['trials']) or 'none'}; "
+        return (f"tuning worker {result['tuner_id']} finished (its trials: {output_dir}/{PRIVATE_DIR}); "
                 f"the chief writes {output_dir}/tuning.json")
     privacy, best = result["privacy"], result["best"]
     eps = privacy["epsilon"]

@@ -56,8 +56,10 @@ from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
 from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
-from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, TRIALS_DIR, TUNING_FILE, TUNING_PLAN_FILE,
-                               TUNING_TRIAL_FILE)
+from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, TRIALS_DIR, TUNING_CONSOLE_FILE, TUNING_FILE,
+                               TUNING_PLAN_FILE, TUNING_TRIAL_FILE)
+from tfpriv.training.best_run import copy_best_run
+from tfpriv.training.console import console_to
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
@@ -307,14 +309,13 @@ class TuningJob:
     def run(self, output_dir: str, poll_seconds: float = 0.2) -> dict:
         """Runs the job (or, in distributed tuning, this process's part of it). The chief or a single
         process writes private/tuning.json (every trial, K) and what the job releases (`release`),
-        and returns the released record; a worker returns the trials it ran."""
+        and returns the released record; a worker returns its role and tuner id (its trials: private/)."""
         worker = dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
         if not worker:  # the chief (or a single process) accounts the job and refuses before any output
             self.check_objective()
         os.makedirs(output_dir, exist_ok=True)
         k = None if worker else self.draw_trials(output_dir)
         job = self
-        ran: list[str] = []
 
         class Tuner(kt.Tuner):
             def run_trial(self, trial, *args, **kwargs):
@@ -332,7 +333,6 @@ class TuningJob:
                 write_json(os.path.join(trial_dir, TUNING_TRIAL_FILE),
                             {"trial_id": trial.trial_id, "tuner_id": self.tuner_id, "values": values,
                              "objective": score, "epsilon": results.get("epsilon")})
-                ran.append(trial.trial_id)
                 return {job.objective.name: score}
 
             def search(self, *args, **kwargs):
@@ -342,18 +342,23 @@ class TuningJob:
                     return
                 super().search(*args, **kwargs)
 
-        # A worker's oracle only proxies the chief's (keras-tuner replaces it); its trial cap is unused.
-        tuner = Tuner(oracle=self._oracle(1 if worker else k), directory=os.path.join(output_dir, PRIVATE_DIR),
-                      project_name="keras_tuner", overwrite=False)
-        if k != 0:  # Poisson may draw no trial: nothing is trained or released
-            try:
-                tuner.search()  # a trial that raises is recorded as FAILED (keras-tuner) and still counted
-            except kt.errors.FatalError as exc:
-                if isinstance(exc.__cause__, ConfigError):
-                    raise exc.__cause__ from None
-                raise
+        # Every trial's console output (its progress, keras-tuner's tables of values and scores) names
+        # the trials: it goes to private/console-<tuner id>.log (keras-tuner's id: "tuner0" alone).
+        console = os.path.join(output_dir, PRIVATE_DIR,
+                               TUNING_CONSOLE_FILE.format(os.environ.get("KERASTUNER_TUNER_ID", "tuner0")))
+        with console_to(console):
+            # A worker's oracle only proxies the chief's (keras-tuner replaces it); its trial cap is unused.
+            tuner = Tuner(oracle=self._oracle(1 if worker else k), directory=os.path.join(output_dir, PRIVATE_DIR),
+                          project_name="keras_tuner", overwrite=False)
+            if k != 0:  # Poisson may draw no trial: nothing is trained or released
+                try:
+                    tuner.search()  # a trial that raises is recorded as FAILED (keras-tuner) and still counted
+                except kt.errors.FatalError as exc:
+                    if isinstance(exc.__cause__, ConfigError):
+                        raise exc.__cause__ from None
+                    raise
         if worker:
-            return {"role": "worker", "tuner_id": tuner.tuner_id, "trials": ran}
+            return {"role": "worker", "tuner_id": tuner.tuner_id}
         return self.finish(tuner.oracle, output_dir, k)
 
     def finish(self, oracle: kt.Oracle, output_dir: str, k: int | None) -> dict:
@@ -390,23 +395,25 @@ class TuningJob:
         return self.release(output_dir, common, best, privacy)
 
     def release(self, output_dir: str, common: dict, best: dict | None, privacy: dict) -> dict:
-        """Writes what the job releases: OUTPUT_DIR/best (the best trial's run, without its tuning
-        record) and OUTPUT_DIR/tuning.json (its values and score, the job's privacy). Random search's
-        bound covers the best trial alone: the number of trials, the other trials and their scores
-        stay in OUTPUT_DIR/private (its index among the trials would bound K from below)."""
+        """Writes what the job releases: OUTPUT_DIR/best (the best trial's run, naming no trial:
+        `tfpriv.training.best_run`) and OUTPUT_DIR/tuning.json (its values and score, the job's
+        privacy). Random search's bound covers the best trial alone: the number of trials, the other
+        trials and their scores stay in OUTPUT_DIR/private (its index among the trials would bound K
+        from below)."""
         best_dir = os.path.join(output_dir, BEST_DIR)
         shutil.rmtree(best_dir, ignore_errors=True)
         released = None
         if best is not None:
-            shutil.copytree(os.path.join(output_dir, TRIALS_DIR, best["trial_id"]), best_dir,
-                            ignore=shutil.ignore_patterns(TUNING_TRIAL_FILE))
+            copy_best_run(os.path.join(output_dir, TRIALS_DIR, best["trial_id"]), best_dir,
+                          os.path.join(output_dir, PRIVATE_DIR))
             released = {"values": best["values"], "objective": best["objective"], "run": BEST_DIR}
         if self.tuner == "random":
             privacy = {k: v for k, v in privacy.items() if k not in COUNT_KEYS}
         covered = ("not covered by epsilon, which is for the best trial alone: keep it private"
                    if self.tuner == "random" else "epsilon (composition over the trials) covers every trial's model")
         result = {**common, "best": released, "privacy": privacy,
-                  "private": f"{PRIVATE_DIR}/: the number of trials, every trial's run and score; {covered}"}
+                  "private": f"{PRIVATE_DIR}/: the number of trials, every trial's run, score and console output; "
+                             f"{covered}"}
         write_json(os.path.join(output_dir, TUNING_FILE), result)
         return result
 
