@@ -176,3 +176,29 @@ def test_restore_networks_reads_raw_weights_and_step_count_and_refuses_a_wrong_n
         restore_networks(checkpoint, generator=vae().decoder)
     with pytest.raises(ValueError, match="at least one network"):
         restore_networks(checkpoint)
+
+
+def test_a_plan_for_a_finished_run_records_the_noise_its_ledger_used():
+    """Re-planning a run whose ledger holds every planned step (a re-run of a finished run) keeps the
+    noise of that ledger, not the flag's noise nor a target epsilon's calibration for 0 steps."""
+    model = vae()
+    first = plan(model, epochs=1, target_epsilon=2.0)
+    used = [(first.sampling_rate, first.effective_noise_multiplier, first.planned_steps)]
+    for again in (plan(model, epochs=1, target_epsilon=2.0, history=used), plan(model, epochs=1, history=used)):
+        assert again.config.noise_multiplier == pytest.approx(first.config.noise_multiplier, rel=1e-12) != 1.5
+        assert again.summary()["noise_stddev"] == pytest.approx(first.summary()["noise_stddev"], rel=1e-12)
+
+
+def test_a_resumed_run_that_takes_no_step_records_the_noise_it_used(tmp_path, one_epoch_run):
+    """A re-run stopped before its first step (here the budget) records the noise of the steps taken."""
+    folder = _resume_copy(one_epoch_run, tmp_path)
+    second = vae()
+    cfg = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=0.7, num_partitions=2)
+    p = plan_privacy(cfg, second.term_spec(), N, 20, 3, delta=1e-3, max_epsilon=one_epoch_run[2]["epsilon"])
+    out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0)
+    assert out["budget_reached"] and out["steps"] == one_epoch_run[2]["steps"]
+    first = one_epoch_run[2]["plan"]
+    recorded = json.load(open(folder / "privacy_plan.json"))
+    for record in (out["plan"].summary(), recorded):
+        assert record["noise_multiplier"] == pytest.approx(first.config.noise_multiplier, rel=1e-6) != 0.7
+        assert record["effective_noise_multiplier"] == pytest.approx(first.effective_noise_multiplier, rel=1e-6)

@@ -159,12 +159,24 @@ def continue_plan(plan: PrivacyPlan, history: Sequence[Segment]) -> PrivacyPlan:
     plan = dataclasses.replace(plan, history=history)
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
+    if config.private and history and remaining <= 0:  # a re-run of a finished run: no step left to plan
+        return noise_as_used(plan)
     if config.private and plan.target_epsilon is not None and remaining > 0:
         effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, plan.sampling_rate, remaining,
                                               history)
         plan = dataclasses.replace(plan, config=config.replace(
             noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
     return plan
+
+
+def noise_as_used(plan: PrivacyPlan) -> PrivacyPlan:
+    """`plan` with the noise of its ledger's last segment, the noise the run's last steps used: what a
+    run records when it takes no further step, instead of the flags' noise (their default, or one
+    calibrated for steps that are never taken)."""
+    config = plan.config
+    effective = plan.history[-1][1]
+    return dataclasses.replace(plan, config=config.replace(
+        noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
 
 
 def read_ledger(output_dir: str) -> list[Segment]:
@@ -296,6 +308,9 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
+    if plan.config.private and plan.history and model.ledger.total_steps == plan.steps_taken:
+        plan = noise_as_used(plan)  # no step taken (a step or time limit, the budget): record the noise used
+        write_json(os.path.join(output_dir, PRIVACY_PLAN_FILE), {**plan.summary(), "planned_steps": plan.planned_steps})
     train_steps = int(model.step_count.numpy())
     return {
         "batch_terms_reach": batch_terms_reach(model.engine),
