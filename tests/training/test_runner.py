@@ -6,8 +6,10 @@ import types
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tfpriv.compat import keras
+from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
@@ -15,7 +17,8 @@ from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import REQUIRED_KEYS, write_results
-from tfpriv.training.runner import fit_private, plan_privacy, restore_networks
+from tfpriv.training.runner import (add_selection_epsilon, fit_private, plan_privacy, read_selection_epsilon,
+                                    restore_networks)
 
 N = 200
 
@@ -202,3 +205,20 @@ def test_a_resumed_run_that_takes_no_step_records_the_noise_it_used(tmp_path, on
     for record in (out["plan"].summary(), recorded):
         assert record["noise_multiplier"] == pytest.approx(first.config.noise_multiplier, rel=1e-6) != 0.7
         assert record["effective_noise_multiplier"] == pytest.approx(first.effective_noise_multiplier, rel=1e-6)
+
+
+def test_the_selections_epsilon_is_kept_in_the_checkpoint_and_a_resumed_run_carries_it(tmp_path, one_epoch_run):
+    """The total of the selections on a run's validation split lives in its checkpoint (not a side
+    file): each addition continues it, and the checkpoints of a resumed run keep it."""
+    folder = _resume_copy(one_epoch_run, tmp_path)
+    assert read_selection_epsilon(str(folder)) == 0.0
+    assert add_selection_epsilon(str(folder), 0.5) == 0.5
+    assert add_selection_epsilon(str(folder), 0.25) == read_selection_epsilon(str(folder)) == 0.75
+    second = vae()
+    out = fit_private(second, data(), plan(second, epochs=2), keras.optimizers.Adam(1e-3), str(folder), seed=1,
+                      verbose=0)
+    assert out["resumed"] and out["steps"] == 20  # the rewritten checkpoint restored (ledger, epoch) as saved
+    assert read_selection_epsilon(str(folder)) == 0.75 and os.path.basename(
+        tf.train.latest_checkpoint(str(folder / "checkpoints"))) == "ckpt-2"
+    with pytest.raises(ConfigError, match=r"^output_dir: .*checkpoints holds no checkpoint"):
+        read_selection_epsilon(str(tmp_path / "elsewhere"))

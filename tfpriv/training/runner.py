@@ -30,7 +30,8 @@ from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
 
 
-__all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger", "restore_networks"]
+__all__ = ["PrivacyPlan", "add_selection_epsilon", "fit_private", "plan_privacy", "read_ledger",
+           "read_selection_epsilon", "restore_networks"]
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyPlan:
@@ -222,12 +223,64 @@ def restore_networks(checkpoint: str, **networks: tf.Module) -> int:
 
 class RunState(tf.Module):
     """What a run's mechanism owns besides the model and ledger, saved in every checkpoint:
-    the sampling seed (batches are a function of (seed, step)) and the completed epochs."""
+    the sampling seed (batches are a function of (seed, step)), the completed epochs and the
+    pure-DP epsilon spent by noisy selections on the run's private validation split after
+    training (`add_selection_epsilon`), so that total travels with the ledger."""
 
     def __init__(self, sampling_seed: int):
         super().__init__(name="run_state")
         self.sampling_seed = tf.Variable(sampling_seed, dtype=tf.int64, trainable=False, name="sampling_seed")
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.selection_epsilon = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="selection_epsilon")
+
+
+SELECTION_EPSILON_KEY = "run/selection_epsilon/.ATTRIBUTES/VARIABLE_VALUE"  # RunState's, as `fit_private` saves it
+
+
+def _latest_with_selections(output_dir: str) -> str:
+    latest = tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINTS_DIR))
+    if latest is None or SELECTION_EPSILON_KEY not in tf.train.load_checkpoint(latest).get_variable_to_dtype_map():
+        raise ConfigError(f"output_dir: {os.path.join(output_dir, CHECKPOINTS_DIR)} holds no checkpoint with the "
+                          "epsilon of the selections on the run's validation split (missing, or written before "
+                          "the checkpoint kept it); without it their total cannot continue")
+    return latest
+
+
+def read_selection_epsilon(output_dir: str) -> float:
+    """The epsilon that noisy selections on the run's private validation split have spent so far, as
+    the run's latest checkpoint (next to its privacy ledger) holds it. Raises ConfigError without one.
+
+    Example:
+        The selections a DPImageBench-protocol GAN run and its re-scores made on its split:
+
+        spent = read_selection_epsilon("runs/gan")
+    """
+    latest = _latest_with_selections(output_dir)
+    return float(tf.train.load_checkpoint(latest).get_tensor(SELECTION_EPSILON_KEY))
+
+
+def add_selection_epsilon(output_dir: str, epsilon: float) -> float:
+    """Adds `epsilon` (a noisy selection on the run's validation split) to the total in the run's
+    latest checkpoint and returns the new total. The checkpoint is rewritten with every other value
+    unchanged, so a resumed run and every later selection continue from it; deleting or leaving
+    behind a record file does not restart it.
+
+    Example:
+        After a noisy selection of epsilon 0.5 on the validation split of the run in runs/gan:
+
+        total = add_selection_epsilon("runs/gan", 0.5)
+    """
+    latest = _latest_with_selections(output_dir)
+    reader = tf.train.load_checkpoint(latest)
+    dtypes = reader.get_variable_to_dtype_map()
+    total = float(reader.get_tensor(SELECTION_EPSILON_KEY)) + float(epsilon)
+    names = sorted(dtypes)
+    values = [tf.constant(total if n == SELECTION_EPSILON_KEY else reader.get_tensor(n), dtypes[n]) for n in names]
+    staged = latest + "-staged"
+    tf.raw_ops.SaveV2(prefix=staged, tensor_names=names, shape_and_slices=[""] * len(names), tensors=values)
+    for path in sorted(tf.io.gfile.glob(staged + ".*"), key=lambda p: p.endswith(".index")):  # the index last
+        os.replace(path, latest + path[len(staged):])
+    return total
 
 
 def batch_terms_reach(engine) -> dict | None:
