@@ -191,7 +191,8 @@ def synthetic_split(n: int) -> tuple[np.ndarray, np.ndarray]:
 def evaluate(images: np.ndarray, labels: np.ndarray, test_images: np.ndarray, test_labels: np.ndarray, *,
              validation: tuple[np.ndarray, np.ndarray] | None, selection_epsilon: float = math.inf,
              num_classes: int = 10, depth: int = resnet_lib.DEFAULT_DEPTH, epochs: int = EPOCHS,
-             classifiers: tuple[str, ...] = CLASSIFIERS, seed: int | None = None, verbose: int = 0, progress: Callable[[str], None] | None = None) -> dict:
+             classifiers: tuple[str, ...] = CLASSIFIERS, seed: int | None = None, verbose: int = 0,
+             progress: Callable[[str], None] | None = None) -> dict:
     """The protocol on labelled synthetic (images, labels): per classifier, train on the synthetic
     training part, select the epoch on `validation` (private (images, labels): noisy selection with
     `selection_epsilon` per classifier) or, with `validation=None`, on the synthetic validation
