@@ -254,8 +254,8 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
     assert ev["selection"]["noise_std"] == pytest.approx(np.sqrt(2) / 0.3)
     assert ev["epsilon_training"] == stored["epsilon"] and ev["epsilon_selection"] == pytest.approx(0.3)
     assert ev["epsilon_total"] == pytest.approx(stored["epsilon"] + 0.3) and ev["delta"] == stored["delta"]
-    assert ev["selection"]["noise_source"] == "OS entropy, never recorded"
     assert states and states[0] != np.random.default_rng(5 + 4).bit_generator.state  # before: seeded by --seed + 4
+    assert ev["selection"]["noise_source"] == "OS entropy, never recorded"
     assert read_selection_epsilon(str(out)) == pytest.approx(0.3)
     assert list(ev["classifiers"]) == ["resnet"] and ev["classifiers"]["resnet"]["train_examples"] == 44
     assert stored["metrics"]["dpimagebench_accuracy"] == ev["accuracy"]

@@ -91,9 +91,9 @@ def test_the_selection_noise_comes_from_the_os_whatever_the_seed(tmp_path, data_
     for _ in range(2):
         code, _, err = run_main(f"--run_dir={run}", f"--data_dir={data_dir}", "--seed=0", *TINY, capsys=capsys)
         assert code == 0, err
+    assert len(states) == 2 and states[0] != states[1]
     record = json.loads((run / rescore.OUTPUT_FILE).read_text())
     assert record["selection"]["noise_source"] == "OS entropy, never recorded"
-    assert len(states) == 2 and states[0] != states[1]
 
 
 def test_a_run_without_a_held_out_split_is_scored_with_the_synthetic_selection(tmp_path, data_dir, capsys):
