@@ -171,6 +171,56 @@ def test_rerun_resumes_and_keeps_the_earlier_segments(tmp_path, capsys, fast_run
     assert len(r2["history"]["loss"]) == 3 and r2["history"]["epsilon"][-1] == pytest.approx(r2["epsilon"])
 
 
+# Tiny runs of each family, for re-running them once finished (the GAN's: stopped by --max_steps).
+TINY_RUNS = {
+    "privae": ["--model=privae", "--dataset=digits", "--architecture=mlp", "--latent_dim=2", "--batch_size=500",
+               "--epochs=1", "--eval_examples=20", "--eval_importance_samples=2", "--regularizer=none"],
+    "dpgan": ["--model=dpgan", "--dataset=fashion_mnist", "--data_dir={data_dir}", "--capacity=2", "--latent_size=4",
+              "--batch_size=500", "--epochs=1", "--max_steps=2", "--eval_every=0", "--num_samples=20"],
+    "filter": ["--model=filter", "--dataset=abalone", "--data_dir={data_dir}", "--vae_epochs=1", "--vae_batch_size=500",
+               "--filter_epochs=1", "--filter_eval_epochs=1", "--filter_eval_min_steps=10", "--budget=0.5",
+               "--nogaussian_baseline", "--nofilter_plots"],
+}
+NOISE_KEYS = ("noise_multiplier", "effective_noise_multiplier", "noise_stddev")
+
+
+@pytest.mark.parametrize("family", list(TINY_RUNS))
+@pytest.mark.parametrize("noise,rerun_noise", [("--epsilon=3", "--epsilon=3"),
+                                               ("--noise_multiplier=1.5", "--noise_multiplier=0.7")],
+                         ids=["epsilon", "noise_multiplier"])
+def test_a_rerun_of_a_finished_run_records_the_noise_its_steps_used(tmp_path, capsys, monkeypatch, data_dir, family,
+                                                                    noise, rerun_noise):
+    """The same command again (--epsilon: before, the flag's default 3.5 was recorded), or again with
+    another --noise_multiplier, takes no step: results.json, every privacy_plan.json and the printed
+    line keep the noise of the run's steps."""
+    from tests.test_release_list import tiny_classifier
+    from tfpriv.gan import cli as gan_cli
+    monkeypatch.setattr(gan_cli, "_classifier", lambda s: tiny_classifier())
+    out = tmp_path / "run"
+    args = [f"--output_dir={out}", "--verbose=0", "--aggregation=micro",
+            *(a.format(data_dir=data_dir) for a in TINY_RUNS[family])]
+
+    def records() -> list[dict]:
+        results = json.load(open(out / "results.json"))
+        plans = [json.load(open(p)) for p in sorted(out.rglob("privacy_plan.json"))]
+        return [results, *([results["privacy"]] if "privacy" in results else []), *plans]
+
+    first = train_py(*args, noise, capsys=capsys)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = records()
+    again = train_py(*args, rerun_noise, capsys=capsys)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = records()
+    assert after[0]["resumed"] and after[0]["steps"] == before[0]["steps"] > 0  # no step taken
+    assert len(after) == len(before) >= 2
+    for a, b in zip(after, before):
+        for key in NOISE_KEYS:
+            assert a[key] == pytest.approx(b[key], rel=1e-6), (key, a[key], b[key])
+    assert before[0]["noise_multiplier"] != pytest.approx(3.5)
+    if family != "filter":  # the filter prints each artefact's guarantee instead
+        assert f"effective noise multiplier {before[0]['effective_noise_multiplier']:.4g}," in again.stdout
+
+
 def test_max_epsilon_stop_is_printed(tmp_path, capsys):
     out = tmp_path / "run"
     proc = train_py(f"--output_dir={out}", *FAST, "--epochs=5", "--max_epsilon=1.0", capsys=capsys)

@@ -217,19 +217,30 @@ def test_downstream_epochs_default_follows_the_protocol():
 
 def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon(tmp_path, data_dir, capsys,
                                                                                  monkeypatch):
-    """A tiny run under --eval_protocol=dpimagebench: N = 55,000 in the accounted epsilon, the
-    evaluation record with the selection's noise and epsilon added, every output in the release
-    list; resuming the folder under the other protocol is refused (exit 2) before training."""
+    """A tiny seeded run under --eval_protocol=dpimagebench: N = 55,000 in the accounted epsilon, the
+    evaluation record with the selection's noise (from the OS, not the seed) and epsilon added, every
+    output in the release list; the same command again selects again and its epsilon adds up in the
+    run's checkpoint; resuming the folder under the other protocol is refused (exit 2) before training."""
     from tests.cli.helpers import assert_one_line_error, train_py
     from tests.test_release_list import release_table, tiny_classifier, written
+    from tfpriv.metrics import dpimagebench
     from tfpriv.privacy.accounting import RDP
+    from tfpriv.training.runner import read_selection_epsilon
     monkeypatch.setattr(cli, "_classifier", lambda s: tiny_classifier())
+    states = []
+
+    class Recording(dpimagebench.NoisySelection):
+        def __init__(self, selection_epsilon, rng):
+            super().__init__(selection_epsilon, rng)
+            states.append(rng.bit_generator.state)
+
+    monkeypatch.setattr(dpimagebench, "NoisySelection", Recording)
     out = tmp_path / "run"
     common = ["--model=dpgan", "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--capacity=2", "--latent_size=4",
               "--batch_size=500", "--epochs=1", "--eval_every=0", "--num_samples=20", "--conditional",
-              "--downstream_samples=48", "--downstream_epochs=2", f"--output_dir={out}", "--verbose=0"]
-    proc = train_py(*common, "--max_steps=2", "--eval_protocol=dpimagebench", "--classifier_depth=8",
-                    "--selection_epsilon=0.3", capsys=capsys)
+              "--downstream_samples=48", "--downstream_epochs=2", f"--output_dir={out}", "--verbose=0", "--seed=5"]
+    protocol = ["--max_steps=2", "--eval_protocol=dpimagebench", "--classifier_depth=8", "--selection_epsilon=0.3"]
+    proc = train_py(*common, *protocol, capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     stored = json.load(open(out / "results.json"))
     assert stored["num_examples"] == 55000 and stored["sampling_rate"] == pytest.approx(500 / 55000)
@@ -243,12 +254,20 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
     assert ev["selection"]["noise_std"] == pytest.approx(np.sqrt(2) / 0.3)
     assert ev["epsilon_training"] == stored["epsilon"] and ev["epsilon_selection"] == pytest.approx(0.3)
     assert ev["epsilon_total"] == pytest.approx(stored["epsilon"] + 0.3) and ev["delta"] == stored["delta"]
+    assert states and states[0] != np.random.default_rng(5 + 4).bit_generator.state  # before: seeded by --seed + 4
+    assert ev["selection"]["noise_source"] == "OS entropy, never recorded"
+    assert read_selection_epsilon(str(out)) == pytest.approx(0.3)
     assert list(ev["classifiers"]) == ["resnet"] and ev["classifiers"]["resnet"]["train_examples"] == 44
     assert stored["metrics"]["dpimagebench_accuracy"] == ev["accuracy"]
     assert "downstream_accuracy" not in stored["metrics"] and "Inception-V3" in ev["fidelity"]
     assert f"= {stored['epsilon'] + 0.3:.4g} at delta" in proc.stdout
     missing = sorted(o for o in written(out) if o not in release_table()["dpgan"])
     assert not missing, missing
+    again = train_py(*common, *protocol, capsys=capsys)  # trains no further step, selects again on the split
+    assert again.returncode == 0, again.stderr[-3000:]
+    ev = json.load(open(out / "results.json"))["evaluation"]
+    assert ev["epsilon_selection"] == pytest.approx(0.6) == read_selection_epsilon(str(out))  # before: 0.3 again
+    assert ev["epsilon_total"] == pytest.approx(stored["epsilon"] + 0.6)
     before = (out / "results.json").read_text()
     proc = train_py(*common, "--max_steps=4", capsys=capsys)
     assert_one_line_error(proc, "--eval_protocol")

@@ -1,12 +1,16 @@
 import json
+import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.gan.helpers import small_test_split
 from tfpriv.gan import rescore
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
+from tfpriv.metrics import dpimagebench
+from tfpriv.training.runner import RunState, add_selection_epsilon, read_selection_epsilon
 
 TINY = ["--classifier_depth=8", "--downstream_epochs=1", "--downstream_samples=24"]
 
@@ -17,7 +21,8 @@ def _small_test_split(monkeypatch):
 
 
 def make_run(path, held_out: bool, num_classes: int | None = 10, epsilon: float = 2.0):
-    """A finished run folder: a tiny (untrained) generator, gan.json and the results.json keys re-scoring reads."""
+    """A finished run folder: a tiny (untrained) generator, gan.json, the results.json keys re-scoring
+    reads and a checkpoint holding the run's own selection of `epsilon` (as a held-out run's has)."""
     model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=num_classes, seed=0)
     z = model._latent(2)
     model.generator(model._generator_in(z, np.array([0, 1], np.int32)) if num_classes else z)
@@ -28,6 +33,8 @@ def make_run(path, held_out: bool, num_classes: int | None = 10, epsilon: float 
     if held_out:
         results["evaluation"] = {"protocol": "dpimagebench", "epsilon_selection": epsilon,
                                  "validation_split": {"examples": 5000, "seed": 0, "held_out": True}}
+        tf.train.CheckpointManager(tf.train.Checkpoint(run=RunState(0)), str(path / "checkpoints"), 2).save(1)
+        add_selection_epsilon(str(path), epsilon)
     (path / "results.json").write_text(json.dumps(results))
     return path
 
@@ -51,6 +58,42 @@ def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_ep
     assert run_main(*args, capsys=capsys)[0] == 0
     again = json.loads((run / rescore.OUTPUT_FILE).read_text())
     assert again["epsilon_selection"] == pytest.approx(3.0) and again["epsilon_total"] == pytest.approx(5.0)
+    # the total is kept with the run's ledger (its checkpoint), not in the re-score's record: deleting the
+    # record, or copying the folder without it, does not restart it (both restarted at 2.5 before)
+    (run / rescore.OUTPUT_FILE).unlink()
+    assert run_main(*args, capsys=capsys)[0] == 0
+    assert json.loads((run / rescore.OUTPUT_FILE).read_text())["epsilon_selection"] == pytest.approx(3.5)
+    copy = shutil.copytree(run, tmp_path / "copy", ignore=shutil.ignore_patterns(rescore.OUTPUT_FILE))
+    assert run_main(f"--run_dir={copy}", *args[1:], capsys=capsys)[0] == 0
+    assert json.loads((copy / rescore.OUTPUT_FILE).read_text())["epsilon_total"] == pytest.approx(6.0)
+    assert read_selection_epsilon(str(copy)) == pytest.approx(4.0) and read_selection_epsilon(str(run)) == 3.5
+    # without the checkpoint there is no total to continue: refused, nothing written
+    shutil.rmtree(copy / "checkpoints")
+    (copy / rescore.OUTPUT_FILE).unlink()
+    code, _, err = run_main(f"--run_dir={copy}", *args[1:], capsys=capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: --run_dir: ") and \
+        "holds no checkpoint" in err, err
+    assert not (copy / rescore.OUTPUT_FILE).exists()
+
+
+def test_the_selection_noise_comes_from_the_os_whatever_the_seed(tmp_path, data_dir, capsys, monkeypatch):
+    """--seed fixes the samples and classifiers, never the selection noise: two re-scores with the same
+    seed draw different noise (before, both drew it from the seed, so a known seed voided its epsilon)."""
+    states = []
+
+    class Recording(dpimagebench.NoisySelection):
+        def __init__(self, selection_epsilon, rng):
+            super().__init__(selection_epsilon, rng)
+            states.append(rng.bit_generator.state["state"]["state"])
+
+    monkeypatch.setattr(dpimagebench, "NoisySelection", Recording)
+    run = make_run(tmp_path / "run", held_out=True)
+    for _ in range(2):
+        code, _, err = run_main(f"--run_dir={run}", f"--data_dir={data_dir}", "--seed=0", *TINY, capsys=capsys)
+        assert code == 0, err
+    assert len(states) == 2 and states[0] != states[1]
+    record = json.loads((run / rescore.OUTPUT_FILE).read_text())
+    assert record["selection"]["noise_source"] == "OS entropy, never recorded"
 
 
 def test_a_run_without_a_held_out_split_is_scored_with_the_synthetic_selection(tmp_path, data_dir, capsys):

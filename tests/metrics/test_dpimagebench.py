@@ -87,7 +87,7 @@ def test_evaluate_records_each_classifier_and_the_selections_epsilon():
     test_images, test_labels = tiny_images(20, seed=1)
     val = tiny_images(30, seed=2)
     record = dpimagebench.evaluate(images, labels, test_images, test_labels, validation=val, selection_epsilon=0.25,
-                                   depth=8, epochs=2, seed=0, noise_seed=0)
+                                   depth=8, epochs=2, seed=0)
     resnet_record = record["classifiers"]["resnet"]
     assert resnet_record["train_examples"] == 44 and resnet_record["selected_epoch"] in (1, 2)
     assert 0.0 <= record["accuracy"] == resnet_record["test_accuracy"] <= 1.0

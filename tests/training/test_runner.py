@@ -6,8 +6,10 @@ import types
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tfpriv.compat import keras
+from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.divergences import make_divergence
 from tfpriv.models.priors import make_prior
@@ -15,7 +17,8 @@ from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import REQUIRED_KEYS, write_results
-from tfpriv.training.runner import fit_private, plan_privacy, restore_networks
+from tfpriv.training.runner import (add_selection_epsilon, fit_private, plan_privacy, read_selection_epsilon,
+                                    restore_networks)
 
 N = 200
 
@@ -176,3 +179,46 @@ def test_restore_networks_reads_raw_weights_and_step_count_and_refuses_a_wrong_n
         restore_networks(checkpoint, generator=vae().decoder)
     with pytest.raises(ValueError, match="at least one network"):
         restore_networks(checkpoint)
+
+
+def test_a_plan_for_a_finished_run_records_the_noise_its_ledger_used():
+    """Re-planning a run whose ledger holds every planned step (a re-run of a finished run) keeps the
+    noise of that ledger, not the flag's noise nor a target epsilon's calibration for 0 steps."""
+    model = vae()
+    first = plan(model, epochs=1, target_epsilon=2.0)
+    used = [(first.sampling_rate, first.effective_noise_multiplier, first.planned_steps)]
+    for again in (plan(model, epochs=1, target_epsilon=2.0, history=used), plan(model, epochs=1, history=used)):
+        assert again.config.noise_multiplier == pytest.approx(first.config.noise_multiplier, rel=1e-12) != 1.5
+        assert again.summary()["noise_stddev"] == pytest.approx(first.summary()["noise_stddev"], rel=1e-12)
+
+
+def test_a_resumed_run_that_takes_no_step_records_the_noise_it_used(tmp_path, one_epoch_run):
+    """A re-run stopped before its first step (here the budget) records the noise of the steps taken."""
+    folder = _resume_copy(one_epoch_run, tmp_path)
+    second = vae()
+    cfg = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, noise_multiplier=0.7, num_partitions=2)
+    p = plan_privacy(cfg, second.term_spec(), N, 20, 3, delta=1e-3, max_epsilon=one_epoch_run[2]["epsilon"])
+    out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0)
+    assert out["budget_reached"] and out["steps"] == one_epoch_run[2]["steps"]
+    first = one_epoch_run[2]["plan"]
+    recorded = json.load(open(folder / "privacy_plan.json"))
+    for record in (out["plan"].summary(), recorded):
+        assert record["noise_multiplier"] == pytest.approx(first.config.noise_multiplier, rel=1e-6) != 0.7
+        assert record["effective_noise_multiplier"] == pytest.approx(first.effective_noise_multiplier, rel=1e-6)
+
+
+def test_the_selections_epsilon_is_kept_in_the_checkpoint_and_a_resumed_run_carries_it(tmp_path, one_epoch_run):
+    """The total of the selections on a run's validation split lives in its checkpoint (not a side
+    file): each addition continues it, and the checkpoints of a resumed run keep it."""
+    folder = _resume_copy(one_epoch_run, tmp_path)
+    assert read_selection_epsilon(str(folder)) == 0.0
+    assert add_selection_epsilon(str(folder), 0.5) == 0.5
+    assert add_selection_epsilon(str(folder), 0.25) == read_selection_epsilon(str(folder)) == 0.75
+    second = vae()
+    out = fit_private(second, data(), plan(second, epochs=2), keras.optimizers.Adam(1e-3), str(folder), seed=1,
+                      verbose=0)
+    assert out["resumed"] and out["steps"] == 20  # the rewritten checkpoint restored (ledger, epoch) as saved
+    assert read_selection_epsilon(str(folder)) == 0.75 and os.path.basename(
+        tf.train.latest_checkpoint(str(folder / "checkpoints"))) == "ckpt-2"
+    with pytest.raises(ConfigError, match=r"^output_dir: .*checkpoints holds no checkpoint"):
+        read_selection_epsilon(str(tmp_path / "elsewhere"))

@@ -357,10 +357,9 @@ class GanRun(pipeline.TrainingRun):
             synth, synth_labels = evaluation.generate_samples(model, s.downstream_samples, seed=self.seed + 3)
             self.protocol_record = evaluation.dpimagebench_record(
                 synth, synth_labels, self.data, validation=self.validation, held_out=True,
-                training_epsilon=fit["epsilon"], delta=self.plan.delta, selection_epsilon=s.selection_epsilon,
-                depth=s.classifier_depth, epochs=s.downstream_epochs, seed=self.seed,
-                noise_seed=None if self.seed_from_os else self.seed + 4, verbose=s.verbose,
-                progress=lambda m: progress(s, m))
+                training_epsilon=fit["epsilon"], delta=self.plan.delta, run_dir=self.train_dir,
+                selection_epsilon=s.selection_epsilon, depth=s.classifier_depth, epochs=s.downstream_epochs,
+                seed=self.seed, verbose=s.verbose, progress=lambda m: progress(s, m))
             metrics["dpimagebench_accuracy"] = self.protocol_record["accuracy"]
             print(evaluation.protocol_line(self.protocol_record), flush=True)
         elif s.conditional:

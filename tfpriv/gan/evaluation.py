@@ -75,19 +75,23 @@ FIDELITY_NOTE = ("inception_score and frechet_distance are the project's: comput
 
 
 def dpimagebench_record(images: np.ndarray, labels: np.ndarray, data, *, validation, held_out: bool,
-                        training_epsilon: float, delta: float, selection_epsilon: float | None = None,
-                        prior_selection_epsilon: float = 0.0, **protocol) -> dict:
+                        training_epsilon: float, delta: float, run_dir: str, selection_epsilon: float | None = None,
+                        **protocol) -> dict:
     """results.json's `evaluation` under DPImageBench's protocol for a conditional generator's
     labelled samples: `tfpriv.metrics.dpimagebench.evaluate` on the real test split of `data`, with
     the epsilon it adds. `validation`: the private validation split (images, labels) held out of
     the generator's training (`held_out`), or None (selection on synthetic validation images: no
     private data, no epsilon). `selection_epsilon` None: DPImageBench's rule, the generator's
-    epsilon. `prior_selection_epsilon`: what earlier selections on the same split spent."""
+    epsilon. A selection on `validation` adds its epsilon to the total of every selection on that
+    split, which the checkpoint of the run in `run_dir` keeps next to its ledger
+    (`tfpriv.training.runner.add_selection_epsilon`); the record's `epsilon_selection` is that total."""
     from tfpriv.metrics import dpimagebench
+    from tfpriv.training.runner import add_selection_epsilon, read_selection_epsilon
     eps_sel = training_epsilon if selection_epsilon is None else selection_epsilon
+    prior = 0.0 if validation is None else read_selection_epsilon(run_dir)  # refused before a classifier trains
     record = dpimagebench.evaluate(images, labels, data.x_test, data.labels_test["label"], validation=validation,
                                    selection_epsilon=eps_sel, **protocol)
-    spent = prior_selection_epsilon + record["selection"]["epsilon"]
+    spent = prior if validation is None else add_selection_epsilon(run_dir, record["selection"]["epsilon"])
     return {
         "protocol": "dpimagebench", **record,
         "validation_split": {"examples": dpimagebench.VALIDATION_EXAMPLES, "seed": dpimagebench.SPLIT_SEED,

@@ -7,7 +7,8 @@ Reads DIR/results.json, DIR/gan.json and DIR/generator.keras (a conditional gene
 DIR/rescore_dpimagebench.json (the `evaluation` record) and prints its line. The epoch selection
 reads the private validation split only if the run held it out of the generator's training
 (`evaluation.validation_split.held_out` in its results.json, `--eval_protocol=dpimagebench`); its
-epsilon is added to every earlier selection on that split. A run that trained on the whole
+epsilon is added to every earlier selection on that split, a total the run's checkpoint keeps next
+to its privacy ledger (a folder without its checkpoints/ is refused). A run that trained on the whole
 training split is scored with the selection on synthetic validation images (DPImageBench's
 `eval.mode=syn`: no private data read, no epsilon), and the record says so.
 """
@@ -78,22 +79,19 @@ def rescore(run_dir: str, *, selection_epsilon: float | None = None, depth: int 
         raise UsageError(f"selection_epsilon: the run in {run_dir} held out no validation split, so the epoch is chosen "
                          "on synthetic images (no private data, no epsilon)")
     data = load_dataset(results["dataset"], data_dir)
-    validation, prior = None, 0.0
+    validation = None
     if held_out:
         train, val = dpimagebench.validation_split(len(data.x_train))
         if int(results["num_examples"]) != len(train):
             raise UsageError(f"run_dir: the run trained on {results['num_examples']} examples, but the training split "
                              f"without the validation split has {len(train)}")
         validation = (data.x_train[val], data.labels_train["label"][val])
-        previous = os.path.join(run_dir, OUTPUT_FILE)
-        prior = _number((_read_json(previous, "an earlier re-score") if os.path.isfile(previous)
-                         else run_evaluation).get("epsilon_selection", 0.0))
     generator = keras.models.load_model(generator_file, compile=False)
     images, labels = evaluation.generate_samples(generator, samples, num_classes=num_classes, seed=seed)
     record = evaluation.dpimagebench_record(
         images, labels, data, validation=validation, held_out=held_out, training_epsilon=_number(results["epsilon"]),
-        delta=_number(results["delta"]), selection_epsilon=selection_epsilon, prior_selection_epsilon=prior,
-        depth=depth, epochs=epochs, seed=seed, noise_seed=seed, verbose=verbose,
+        delta=_number(results["delta"]), run_dir=run_dir, selection_epsilon=selection_epsilon,
+        depth=depth, epochs=epochs, seed=seed, verbose=verbose,
         progress=(lambda m: print(m, flush=True)) if verbose else None)
     record.update({"run_dir": os.path.abspath(run_dir), "model": results["model"], "dataset": results["dataset"],
                    "num_examples": results["num_examples"]})
@@ -119,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--downstream_epochs", type=int, default=None, help="classifier epochs (default 50)")
     parser.add_argument("--downstream_samples", type=int, default=None, help="synthetic examples (default 60000)")
     parser.add_argument("--data_dir", default=None)
-    parser.add_argument("--seed", type=int, default=None, help="latents, labels, initialisation and selection noise "
-                        "(default: from the OS; a seeded selection noise is not private)")
+    parser.add_argument("--seed", type=int, default=None, help="latents, labels and initialisation (default: from "
+                        "the OS); the selection noise always comes from the OS and is never recorded")
     parser.add_argument("--verbose", type=int, default=0)
     args = parser.parse_args(argv)
     try:
@@ -131,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                          seed=args.seed, verbose=args.verbose)
     except UsageError as exc:
         message = str(exc).splitlines()[0] if str(exc) else "invalid input"
-        flag = {"depth": "classifier_depth", "epochs": "downstream_epochs"}.get(exc.param or "", exc.param)
+        flag = {"depth": "classifier_depth", "epochs": "downstream_epochs", "output_dir": "run_dir"}.get(
+            exc.param or "", exc.param)
         if flag and message.startswith(f"{exc.param}:"):
             message = f"--{flag}{message[len(exc.param):]}"
         print(f"error: {message}", file=sys.stderr)

@@ -256,6 +256,7 @@ class TrainingRun:
             self.planned(self.plan)
             self.fit = train(self.built, self.plan, self.train_dir, self.sampling_seed(), self.s.verbose,
                              self.callbacks(self.plan))
+            self.plan = self.fit["plan"]  # as trained: a re-run that took no step records the noise the run used
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
         results["saved_model"] = self.export()

@@ -58,6 +58,7 @@ EMA_DECAY = 0.9999
 CLASSIFIERS = ("resnet",)  # the source's WRN-40-4 and ResNeXt-29 are not built (CPU time: docs/dpimagebench.md)
 SOURCE_CLASSIFIERS = ("resnet", "wrn", "resnext")  # the three whose test accuracies the source averages
 SELECTIONS = ("private_validation", "synthetic_validation")
+NOISE_SOURCE = "OS entropy, never recorded"  # the selection noise: no seed reproduces it
 
 
 def validation_split(num_examples: int, size: int = VALIDATION_EXAMPLES,
@@ -202,14 +203,15 @@ def protocol_match(epochs: int, depth: int, synthetic_examples: int, classifiers
 def evaluate(images: np.ndarray, labels: np.ndarray, test_images: np.ndarray, test_labels: np.ndarray, *,
              validation: tuple[np.ndarray, np.ndarray] | None, selection_epsilon: float = math.inf,
              num_classes: int = 10, depth: int = resnet_lib.DEFAULT_DEPTH, epochs: int = EPOCHS,
-             classifiers: tuple[str, ...] = CLASSIFIERS, seed: int | None = None, noise_seed: int | None = None,
-             verbose: int = 0, progress: Callable[[str], None] | None = None) -> dict:
+             classifiers: tuple[str, ...] = CLASSIFIERS, seed: int | None = None, verbose: int = 0,
+             progress: Callable[[str], None] | None = None) -> dict:
     """The protocol on labelled synthetic (images, labels): per classifier, train on the synthetic
     training part, select the epoch on `validation` (private (images, labels): noisy selection with
     `selection_epsilon` per classifier) or, with `validation=None`, on the synthetic validation
     part (noiseless: no private data), score the test set once. Returns the record (per classifier,
     the mean, and how far it follows the source: `protocol_match`), without the training run's
-    epsilon (`composed_epsilon`)."""
+    epsilon (`composed_epsilon`). `seed` fixes the classifiers' initialisation; the selection noise
+    always comes from OS entropy and is never recorded (with a known seed its epsilon would not hold)."""
     if len(images) < SYNTHETIC_VALIDATION_FRACTION:
         raise UsageError(f"images: the protocol needs at least {SYNTHETIC_VALIDATION_FRACTION} synthetic "
                          f"examples, got {len(images)}")
@@ -225,7 +227,7 @@ def evaluate(images: np.ndarray, labels: np.ndarray, test_images: np.ndarray, te
     else:
         check_selection_epsilon(selection_epsilon)
         mode, (val_images, val_labels), epsilon = "private_validation", validation, selection_epsilon
-    rng = np.random.default_rng(noise_seed)
+    rng = np.random.default_rng()  # OS entropy: the selection's epsilon needs noise no seed reproduces
     results = {}
     for name in classifiers:
         start = time.time()
@@ -253,7 +255,7 @@ def evaluate(images: np.ndarray, labels: np.ndarray, test_images: np.ndarray, te
         record["selection"].update({
             "mechanism": "report-noisy-max: Laplace noise on each epoch's count of correct validation predictions",
             "epsilon_per_classifier": selection_epsilon, "laplace_scale": laplace_scale(selection_epsilon),
-            "noise_std": selection_noise_std(selection_epsilon),
+            "noise_std": selection_noise_std(selection_epsilon), "noise_source": NOISE_SOURCE,
             "epsilon": composed_epsilon(0.0, selection_epsilon, len(classifiers))})
     else:
         record["selection"]["epsilon"] = 0.0

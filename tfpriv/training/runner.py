@@ -31,7 +31,8 @@ from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
 
 
-__all__ = ["PrivacyPlan", "fit_private", "plan_privacy", "read_ledger", "restore_networks"]
+__all__ = ["PrivacyPlan", "add_selection_epsilon", "fit_private", "plan_privacy", "read_ledger",
+           "read_selection_epsilon", "restore_networks"]
 
 SHUFFLE_NOTE = ("shuffled batches: accounted as one Gaussian at half the noise multiplier per epoch, "
                 "no amplification by sampling (docs/privacy.md, \"Sampling schemes\")")
@@ -167,13 +168,17 @@ def continue_plan(plan: PrivacyPlan, history: PrivacyLedger | Sequence[Segment])
     """`plan` for a run whose ledger already holds `history`: noise re-calibrated for a target epsilon
     over the mechanisms the remaining planned steps are under the plan's sampling scheme."""
     if isinstance(history, PrivacyLedger):
+        used = [row["noise_multiplier"] for row in history.raw_segments() if row["steps"] > 0]
         steps_taken, history = history.total_steps, history.segments()
-    else:
+    else:  # Poisson segments
+        used = [z for _, z, n in history if int(n) > 0]
         steps_taken = sum(int(n) for _, _, n in history)
     history = tuple((float(q), float(z), int(n)) for q, z, n in history if int(n) > 0)
     plan = dataclasses.replace(plan, history=history, steps_taken=steps_taken)
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
+    if config.private and history and remaining <= 0:  # a re-run of a finished run: no step left to plan
+        return noise_as_used(plan, used[-1])
     if config.private and plan.target_epsilon is not None and remaining > 0:
         scheme = SHUFFLE if plan.sampling == "shuffle" else POISSON
         # what the remaining steps are to the accountant per unit of noise (z = 1), then z scales
@@ -183,6 +188,15 @@ def continue_plan(plan: PrivacyPlan, history: PrivacyLedger | Sequence[Segment])
         plan = dataclasses.replace(plan, config=config.replace(
             noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
     return plan
+
+
+def noise_as_used(plan: PrivacyPlan, effective: float) -> PrivacyPlan:
+    """`plan` with the effective noise multiplier `effective` of its ledger's last segment, the noise the
+    run's last steps used: what a run records when it takes no further step, instead of the flags' noise
+    (their default, or one calibrated for steps that are never taken)."""
+    config = plan.config
+    return dataclasses.replace(plan, config=config.replace(
+        noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
 
 
 def read_ledger(output_dir: str) -> PrivacyLedger:
@@ -226,12 +240,64 @@ def restore_networks(checkpoint: str, **networks: tf.Module) -> int:
 
 class RunState(tf.Module):
     """What a run's mechanism owns besides the model and ledger, saved in every checkpoint:
-    the sampling seed (batches are a function of (seed, step)) and the completed epochs."""
+    the sampling seed (batches are a function of (seed, step)), the completed epochs and the
+    pure-DP epsilon spent by noisy selections on the run's private validation split after
+    training (`add_selection_epsilon`), so that total travels with the ledger."""
 
     def __init__(self, sampling_seed: int):
         super().__init__(name="run_state")
         self.sampling_seed = tf.Variable(sampling_seed, dtype=tf.int64, trainable=False, name="sampling_seed")
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.selection_epsilon = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="selection_epsilon")
+
+
+SELECTION_EPSILON_KEY = "run/selection_epsilon/.ATTRIBUTES/VARIABLE_VALUE"  # RunState's, as `fit_private` saves it
+
+
+def _latest_with_selections(output_dir: str) -> str:
+    latest = tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINTS_DIR))
+    if latest is None or SELECTION_EPSILON_KEY not in tf.train.load_checkpoint(latest).get_variable_to_dtype_map():
+        raise ConfigError(f"output_dir: {os.path.join(output_dir, CHECKPOINTS_DIR)} holds no checkpoint with the "
+                          "epsilon of the selections on the run's validation split (missing, or written before "
+                          "the checkpoint kept it); without it their total cannot continue")
+    return latest
+
+
+def read_selection_epsilon(output_dir: str) -> float:
+    """The epsilon that noisy selections on the run's private validation split have spent so far, as
+    the run's latest checkpoint (next to its privacy ledger) holds it. Raises ConfigError without one.
+
+    Example:
+        The selections a DPImageBench-protocol GAN run and its re-scores made on its split:
+
+        spent = read_selection_epsilon("runs/gan")
+    """
+    latest = _latest_with_selections(output_dir)
+    return float(tf.train.load_checkpoint(latest).get_tensor(SELECTION_EPSILON_KEY))
+
+
+def add_selection_epsilon(output_dir: str, epsilon: float) -> float:
+    """Adds `epsilon` (a noisy selection on the run's validation split) to the total in the run's
+    latest checkpoint and returns the new total. The checkpoint is rewritten with every other value
+    unchanged, so a resumed run and every later selection continue from it; deleting or leaving
+    behind a record file does not restart it.
+
+    Example:
+        After a noisy selection of epsilon 0.5 on the validation split of the run in runs/gan:
+
+        total = add_selection_epsilon("runs/gan", 0.5)
+    """
+    latest = _latest_with_selections(output_dir)
+    reader = tf.train.load_checkpoint(latest)
+    dtypes = reader.get_variable_to_dtype_map()
+    total = float(reader.get_tensor(SELECTION_EPSILON_KEY)) + float(epsilon)
+    names = sorted(dtypes)
+    values = [tf.constant(total if n == SELECTION_EPSILON_KEY else reader.get_tensor(n), dtypes[n]) for n in names]
+    staged = latest + "-staged"
+    tf.raw_ops.SaveV2(prefix=staged, tensor_names=names, shape_and_slices=[""] * len(names), tensors=values)
+    for path in sorted(tf.io.gfile.glob(staged + ".*"), key=lambda p: p.endswith(".index")):  # the index last
+        os.replace(path, latest + path[len(staged):])
+    return total
 
 
 def batch_terms_reach(engine) -> dict | None:
@@ -292,7 +358,15 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(output_dir, CHECKPOINTS_DIR), max_to_keep=2)
     resumed = manager.latest_checkpoint is not None
     if resumed:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        latest = manager.latest_checkpoint
+        if SELECTION_EPSILON_KEY not in tf.train.load_checkpoint(latest).get_variable_to_dtype_map():
+            # written before the selections' total was kept: the same objects without it (total 0)
+            run = tf.train.Checkpoint(sampling_seed=state.sampling_seed, epoch=state.epoch)
+            tf.train.Checkpoint(model=model, optimizer=model.optimizer, ledger=model.ledger, noise=engine.generator,
+                                loss_rng=model.rng, step_count=model.step_count,
+                                run=run).restore(latest).assert_existing_objects_matched()
+        else:
+            checkpoint.restore(latest).assert_existing_objects_matched()
     dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling,
                                                int(state.sampling_seed.numpy()), int(model.step_count.numpy()))
     noise = plan.effective_noise_multiplier
@@ -314,6 +388,10 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
+    if plan.config.private and plan.history and model.ledger.total_steps == plan.steps_taken:
+        used = [row["noise_multiplier"] for row in model.ledger.raw_segments() if row["steps"] > 0][-1]
+        plan = noise_as_used(plan, used)  # no step taken (a step or time limit, the budget): record the noise used
+        write_json(os.path.join(output_dir, PRIVACY_PLAN_FILE), {**plan.summary(), "planned_steps": plan.planned_steps})
     train_steps = int(model.step_count.numpy())
     as_if_poisson = {}
     if plan.config.private and plan.sampling == "shuffle":  # a labelled second figure, not the epsilon
