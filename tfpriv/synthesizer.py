@@ -39,7 +39,6 @@ NOT_SETTINGS = frozenset({
     "conditional", "generator_path", "eval_every", "eval_every_steps", "eval_samples", "downstream_samples",
     "downstream_epochs", "classifier_cache_dir", "public_scores",
 })
-GAN_SHAPE = (28, 28, 1)
 _FLAG = re.compile(r"--(?=[A-Za-z_])")
 
 
@@ -113,6 +112,26 @@ def _run_class(job):
     return SynthesizerRun
 
 
+def _screened(x: np.ndarray, y: np.ndarray | None, num_classes: int | None,
+              unit: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(x, y) with every record outside the documented domain made non-finite, so that training
+    drops it as it drops any record with a NaN/inf input (the engine's screening, `make_private`'s
+    too: clip factor 0, counted in `dropped`, still sampled): values outside [0, 1] when `unit`, a
+    label outside [0, num_classes) (then set to 0). A refusal here would depend on one record, a
+    release outside epsilon; the schema (shape, dtype) is what `fit` refuses."""
+    outside = ~np.all(np.isfinite(x.reshape(len(x), -1)), axis=1)
+    if unit:
+        with np.errstate(invalid="ignore"):
+            outside |= np.any((x < 0) | (x > 1), axis=tuple(range(1, x.ndim)))
+    if y is not None:
+        bad_label = (y < 0) | (y >= num_classes)
+        outside |= bad_label
+        y = np.where(bad_label, 0, y)
+    if outside.any():
+        x = np.where(outside.reshape(-1, *[1] * (x.ndim - 1)), np.float32(np.nan), x)
+    return x, y
+
+
 class Synthesizer:
     """A private generative model trained on arrays and sampled from; made by `tfpriv.synthesizer`.
 
@@ -138,6 +157,9 @@ class Synthesizer:
         if name != "privae":
             allowed.append("num_classes")
         unknown = sorted(set(settings) - set(allowed))
+        if "noise_multiplier" in unknown:
+            raise ConfigError(f"noise_multiplier: fit calibrates it from epsilon={epsilon!r} (at delta, for the "
+                              "planned epochs and batch_size); give epsilon only")
         if unknown:
             raise ConfigError(f"{unknown[0]}: not a setting of the {name} synthesizer; its settings are "
                               f"{', '.join(sorted(allowed))}")
@@ -182,22 +204,18 @@ class Synthesizer:
         except (TypeError, ValueError):
             raise UsageError("x: must be a numeric array, one row per example") from None
         gan = self.name != "privae"
-        if gan and tuple(x.shape[1:]) != GAN_SHAPE:
-            raise UsageError(f"x: a {self.name} synthesizer takes images of shape [N, 28, 28, 1], got shape "
-                             f"{list(x.shape)}")
+        if gan and x.ndim != 4:
+            raise UsageError(f"x: a {self.name} synthesizer takes images [N, height, width, channels] (any size, "
+                             f"e.g. 28x28x1, 8x8x1 or 32x32x3), got shape {list(x.shape)}")
         if not gan and x.ndim not in (2, 4):
             raise UsageError(f"x: must be [N, features] or images [N, height, width, channels], got shape "
                              f"{list(x.shape)}")
         if len(x) < 2:
             raise UsageError(f"x: needs at least 2 examples, got {len(x)}")
-        if not np.all(np.isfinite(x)):
-            raise UsageError("x: has NaN or infinite values")
         kind = "image" if x.ndim == 4 else "tabular"
         likelihood = "bernoulli" if kind == "image" else "gaussian"  # the data's; a `likelihood` setting wins
         requested = self.settings.get("likelihood", "auto")
-        if (gan or (likelihood if requested == "auto" else requested) == "bernoulli") and (x.min() < 0 or x.max() > 1):
-            raise UsageError("x: values must be in [0, 1]" + ("" if gan else " for likelihood='bernoulli' "
-                                                                  "(give likelihood='gaussian' otherwise)"))
+        unit = gan or (likelihood if requested == "auto" else requested) == "bernoulli"
         labels, num_classes = {}, {}
         if y is not None:
             if not gan:
@@ -206,8 +224,8 @@ class Synthesizer:
             if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
                 raise UsageError(f"y: must be {len(x)} integer labels (one per row of x), got {y.dtype} "
                                  f"shape {list(y.shape)}")
-            if y.min() < 0 or y.max() >= self.num_classes:
-                raise UsageError(f"y: labels must be in [0, num_classes={self.num_classes})")
+        x, y = _screened(x, y, self.num_classes, unit)
+        if y is not None:
             labels, num_classes = {"label": y}, {"label": self.num_classes}
         return make_dataset(DATASET, x, x[:0], labels, {k: v[:0] for k, v in labels.items()}, kind=kind,
                             likelihood=likelihood, num_classes=num_classes)

@@ -52,7 +52,26 @@ def test_token_classifiers_added_example_moves_the_sum_by_c(model):
     result = run_case(Case(model, "micro"), batch_size=4, clips={"l2_norm_clip": 1e-3}, **FAST)
     assert result["declared_sensitivity"] == 1.0
     assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE)
-    assert {"remove", "copy", "flipped"} <= set(result["max_ratio_by_kind"])
+    assert {"remove", "copy", "flipped", "out_of_range"} <= set(result["max_ratio_by_kind"])
+
+
+def test_float_labels_of_a_plain_loss_crafted_out_of_range_are_dropped_within_c():
+    """Issue 46 items 1 and 5: scaled copies carry float labels far outside [0, 10) into a plain-function
+    sparse loss; they used to abort the step, now they are dropped and the sum moves by at most C."""
+    result = run_case(Case("float_label", "micro"), batch_size=4, clips={"l2_norm_clip": 1e-3}, **FAST)
+    assert result["max_sensitivity_ratio"] == pytest.approx(1.0, abs=TOLERANCE) and result["passed"]
+    assert "scaled" in result["max_ratio_by_kind"]
+
+
+def test_a_loss_mixing_integer_input_examples_is_refused_and_would_leak_unverified():
+    """Issue 46 items 2 and 5: the engine's verification refuses Embedding -> batch-centring (training
+    never starts); audited without it, one added example moves the clipped sum by more than C."""
+    refused = run_case(Case("embedding_mixing", "micro", verify=True), batch_size=4, clips={"l2_norm_clip": 1e-3},
+                       **FAST)
+    assert refused["passed"] and refused["refused"].startswith(
+        "DP engine: a sample-wise loss term depends on other examples")
+    leaky = run_case(Case("embedding_mixing", "micro"), batch_size=4, clips={"l2_norm_clip": 1e-3}, **FAST)
+    assert leaky["max_sensitivity_ratio"] > 1 + 1e-3 and not leaky["passed"]
 
 
 def test_gan_critic_ratio_at_most_one():

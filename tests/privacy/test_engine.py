@@ -6,7 +6,7 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
-from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.privacy.engine import DPGradientEngine, public_batch
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tests.privacy import models
 from tests.privacy import reference as ref
@@ -294,3 +294,35 @@ def test_batch_term_reaching_only_part_of_the_model(aggregation, clipped_sum):
         total = ref.flat(out["sample"]) + ref.flat(out["batch"])
         assert rel_err(total, sum(ref.clip(v, 0.4) for v in per)) < RTOL
     engine.verify(loss_fn, x)
+
+
+def test_the_public_batch_varies_every_input_dtype():
+    """Issue 46 item 2: integer entries were all 0, so the verification batch's examples were identical."""
+    batch = public_batch((tf.zeros([3, 6], tf.int32), tf.zeros([3], tf.int64), tf.zeros([3, 2], tf.bool)))
+    for t in batch:
+        values = t.numpy().reshape(8, -1)
+        assert len({row.tobytes() for row in values}) > 1 and set(np.unique(values)) <= {0, 1}
+
+
+@pytest.mark.parametrize("mixing", [True, False])
+@pytest.mark.parametrize("clipping", ["auto", "fast"])
+def test_a_loss_that_mixes_integer_input_examples_is_refused_like_the_float_case(clipping, mixing):
+    """Issue 46 item 2: Embedding -> Lambda(t - mean over the batch) -> Flatten -> Dense was accepted
+    (the locality check read float inputs only; one example then moved the clipped sum by 1.11-1.18 C)."""
+    import tfpriv
+
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    centred = L.Lambda(lambda t: t - tf.reduce_mean(t, axis=0, keepdims=True) if mixing else t)
+    model = keras.Sequential([L.Input([5], dtype="int32"), L.Embedding(20, 3), centred, L.Flatten(), L.Dense(3)])
+    x = np.random.default_rng(0).integers(0, 20, size=(16, 5)).astype(np.int32)
+    y = np.arange(16) % 3
+    dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy",
+                                   tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                   clipping=clipping), num_examples=16, batch_size=8, delta=1e-3)
+    dp_model.compile(optimizer="sgd")
+    if not mixing:
+        assert dp_model.fit(x, y, epochs=1, verbose=0).history["dropped"] == [0.0]
+        return
+    with pytest.raises(ConfigError, match="^DP engine: a sample-wise loss term depends on other examples"):
+        dp_model.fit(x, y, epochs=1, verbose=0)

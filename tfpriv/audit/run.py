@@ -18,14 +18,14 @@ import time
 from typing import Sequence
 
 from tfpriv.audit.sensitivity import TOLERANCE, audit_sensitivity, passes
-from tfpriv.audit.sweep import Case, default_cases, known_seed_cases, sweep
+from tfpriv.audit.sweep import Case, default_cases, known_seed_cases, screening_cases, sweep
 from tfpriv.privacy.config import DPConfig
 from tfpriv.run_folder import AUDIT_FILE
 
 
 def quick_cases() -> list[Case]:
     """A representative subset of the sweep: every mode and divergence once, the GAN critic, the
-    known-seed coupling cases."""
+    screening cases, the known-seed coupling cases."""
     return [
         Case("vae", "termwise", 2, "sparse", "mmd"),
         Case("vae", "termwise", 0, "normal", "kl_pq"),
@@ -34,6 +34,7 @@ def quick_cases() -> list[Case]:
         Case("vae", "termwise", 4, "normal", "none"),
         Case("dpwgan_gp", "micro"),
         Case("make_private", "micro"),
+        *screening_cases(),
         *known_seed_cases(),
     ]
 

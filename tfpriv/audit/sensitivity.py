@@ -6,8 +6,8 @@ on a batch D and on neighbours D' under add-or-remove-one adjacency:
 
   * every example removed (D \\ {x_r} against D, x_r put back last in its own partition);
   * crafted examples added: copies, scaled copies (x10 ... x1000, negated), random inputs, zeros,
-    flipped labels (integer inputs), optionally non-finite values; each added into every
-    partition (partitions already holding others, and empty ones), or its own partition when
+    flipped labels and ids or labels out of range (integer inputs), optionally non-finite values;
+    each added into every partition (partitions already holding others, and empty ones), or its own partition when
     partitions are singletons;
   * "optimised" examples: a few steps of normalised gradient ascent on the added example's
     (adversary-controlled) inputs, maximising the whitened change, started from the worst
@@ -51,7 +51,7 @@ DEFAULT_SCALES = (10.0, 1000.0)
 
 @dataclasses.dataclass
 class Neighbour:
-    kind: str          # remove | copy | scaled | random | zeros | flipped | nonfinite | optimised
+    kind: str          # remove | copy | scaled | random | zeros | flipped | out_of_range | nonfinite | optimised
     detail: str
     partition: int | None
     whitened_change: float
@@ -230,6 +230,11 @@ class SensitivityAuditor:
                 make("flipped", f"example {s}, label + 1 mod {k}", lambda r: r, lambda y: (y + 1) % k, source=s)
                 make("flipped", f"example {s} x{scales[-1]:g}, label + 1 mod {k}", lambda r: r * scales[-1],
                      lambda y: (y + 1) % k, source=s)
+                # ids and labels out of range (= k, and -1) must be screened (dropped), not abort the step
+                make("out_of_range", f"example {s}, every integer input = {k}", lambda r: r,
+                     lambda y: tf.fill(tf.shape(y), k), source=s)
+                make("out_of_range", f"example {s}, every integer input = -1", lambda r: r,
+                     lambda y: -tf.ones_like(y), source=s)
         if nonfinite:
             make("nonfinite", "inf in every input", lambda r: r + np.inf)
             make("nonfinite", "nan in every input", lambda r: r + np.nan)

@@ -8,8 +8,12 @@ Models (tiny, deterministic from a seed):
   * `make_private` on a linear softmax classifier (DP-SGD on a per-example loss);
   * `make_private` on token classifiers: Embedding -> pooled Dense ("embedding"), a
     transformer block, Embedding -> self-attention + residual -> LayerNorm -> pooled Dense
-    ("transformer"), and Embedding -> LSTM -> Dense ("lstm": the RNN as one unit of the per-layer
-    fallback), on the digits quantised to tokens (`TEXT_MODELS`).
+    ("transformer"), Embedding -> LSTM -> Dense ("lstm": the RNN as one unit of the per-layer
+    fallback), and the Embedding inside a nested encoder model ("nested_embedding"), on the digits
+    quantised to tokens (`TEXT_MODELS`);
+  * `make_private` with a plain-function sparse loss on float labels ("float_label": a crafted
+    label out of range is dropped, not a crash), and an Embedding -> batch-centring model
+    ("embedding_mixing", `Case.verify`: the engine's verification must refuse it, as training does).
 Modes: micro (with a batch-wise term: max_batch_size = B + 1, so every neighbour is below the cap;
 and "micro_cap", max_batch_size = B, so an added example crosses the cap and the batch is
 skipped), batch, termwise b = 2, 4 and singleton partitions (b = 0).
@@ -30,7 +34,8 @@ from tfpriv.audit.known_seed import known_seed_audit
 from tfpriv.audit.sensitivity import DEFAULT_SCALES, audit_sensitivity, passes
 from tfpriv.compat import keras
 from tfpriv.privacy.config import DPConfig
-from tfpriv.privacy.engine import DPGradientEngine
+from tfpriv.errors import ConfigError
+from tfpriv.privacy.engine import DPGradientEngine, public_batch
 from tfpriv.privacy.rng import stream_generator
 from tfpriv.privacy.terms import BatchLayout
 
@@ -53,6 +58,7 @@ class Case:
     prior_samples: int | None = None  # the divergence's prior draws per partition (None: |s_j|)
     clipping: str | None = None  # None: per_example for the GAN, fast otherwise
     known_seed: bool = False   # the known-seed coupling (`tfpriv.audit.known_seed`) instead of the audit's
+    verify: bool = False       # verify on a public batch first, as training does; refused: trains on nothing
 
     @property
     def name(self) -> str:
@@ -64,7 +70,8 @@ class Case:
         mode = self.aggregation + ("_cap" if self.at_cap else "")
         if self.aggregation == "termwise":
             mode += "_b" + ("singleton" if self.num_partitions == 0 else str(self.num_partitions))
-        extra = ([self.clipping] if self.clipping else []) + (["known_seed"] if self.known_seed else [])
+        extra = (([self.clipping] if self.clipping else []) + (["known_seed"] if self.known_seed else [])
+                 + (["verified"] if self.verify else []))
         return "/".join(parts + [mode] + extra)
 
 
@@ -79,7 +86,14 @@ def default_cases() -> list[Case]:
     cap = [Case("vae", "micro", None, prior, div, at_cap=True) for prior in PRIORS for div in DIVERGENCES if div != "none"]
     return (vae_cases() + cap + [Case("dpwgan_gp", "micro"), Case("dpwgan_gp", "micro", conditional=True),
                                  Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS]
-            + known_seed_cases())
+            + screening_cases() + known_seed_cases())
+
+
+def screening_cases() -> list[Case]:
+    """Records the screening must see wherever they are consumed (issue 46): an Embedding in a nested
+    model, float labels of a plain-function loss, a loss that mixes integer-input examples."""
+    return [Case("nested_embedding", "micro"), Case("float_label", "micro"),
+            Case("embedding_mixing", "micro", verify=True)]
 
 
 def known_seed_cases() -> list[Case]:
@@ -147,19 +161,26 @@ def build_gan(capacity: int = 1, latent_size: int = 8, conditional: bool = False
                           seed=seed)
 
 
-def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: float = 1.0, batch_size: int = 8):
-    """`make_private` on a linear softmax classifier (the PrivateModel it returns)."""
+def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: float = 1.0, batch_size: int = 8,
+                     plain_loss: bool = False):
+    """`make_private` on a linear softmax classifier (the PrivateModel it returns); `plain_loss`: the
+    sparse loss as a plain function (its float labels are found to be indices by probing it)."""
     from tfpriv.training.private_model import make_private
     keras.utils.set_random_seed(seed)
     keras_model = keras.Sequential([keras.Input([input_dim]), keras.layers.Dense(num_classes)])
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    if plain_loss:
+        def loss(y, logits):
+            return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     return make_private(keras_model, loss, DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0),
                                num_examples=1000, batch_size=batch_size)
 
 
 # -- token classifiers (the Embedding, EinsumDense/MultiHeadAttention and LayerNormalization rules,
 # the per-layer fallback of an RNN) --
-TEXT_MODELS = ("embedding", "transformer", "lstm")
+TEXT_MODELS = ("embedding", "transformer", "lstm", "nested_embedding")
+MIXING = "embedding_mixing"  # Embedding -> t - mean over the batch -> Dense: verification must refuse it
 VOCAB = 10  # = the digits' classes, so the audit's flipped examples ((id + 1) mod 10) stay in the vocabulary
 
 
@@ -171,18 +192,24 @@ def digit_tokens(images: np.ndarray, length: int = 16) -> np.ndarray:
 
 def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 0, clip: float = 1.0,
                           batch_size: int = 8):
-    """`make_private` on a token classifier of `kind` in TEXT_MODELS (the PrivateModel it returns)."""
+    """`make_private` on a token classifier of `kind` in TEXT_MODELS or MIXING (the PrivateModel it returns)."""
     from tfpriv.training.private_model import make_private
     L = keras.layers
     keras.utils.set_random_seed(seed)
     tokens = L.Input([length], dtype=tf.int32)
-    h = L.Embedding(VOCAB, 8)(tokens)
-    if kind == "lstm":
+    if kind == "nested_embedding":  # a "pretrained encoder" sub-model holding the Embedding
+        h = keras.Sequential([L.Embedding(VOCAB, 8), L.GlobalAveragePooling1D()], name="encoder")(tokens)
+    else:
+        h = L.Embedding(VOCAB, 8)(tokens)
+    if kind == MIXING:
+        h = L.Flatten()(L.Lambda(lambda t: t - tf.reduce_mean(t, axis=0, keepdims=True))(h))
+    elif kind == "lstm":
         h = L.LSTM(8)(h)
     else:
         if kind == "transformer":
             h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
-        h = L.GlobalAveragePooling1D()(h)
+        if kind != "nested_embedding":
+            h = L.GlobalAveragePooling1D()(h)
     keras_model = keras.Model(tokens, L.Dense(num_classes)(h))
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     config = DPConfig(aggregation="micro", l2_norm_clip=clip, noise_multiplier=1.0)
@@ -227,7 +254,11 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     elif case.model == "make_private":
         model = build_classifier(int(np.prod(images.shape[1:])), 10, seed=seed, batch_size=batch_size)
         x, kwargs = (images.reshape(batch_size, -1), labels), {"num_classes": 10}
-    elif case.model in TEXT_MODELS:
+    elif case.model == "float_label":
+        model = build_classifier(int(np.prod(images.shape[1:])), 10, seed=seed, batch_size=batch_size,
+                                 plain_loss=True)
+        x, kwargs = (images.reshape(batch_size, -1), labels.astype(np.float32)), {}
+    elif case.model in (*TEXT_MODELS, MIXING):
         tokens = digit_tokens(images)
         model = build_text_classifier(case.model, tokens.shape[1], 10, seed=seed, batch_size=batch_size)
         # The LSTM's per-example gradients trace `map_examples` at every eager call: its sums are
@@ -258,11 +289,28 @@ def run_case(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Sequenc
     config = config.replace(**clips) if clips else median_clips(model, config, inputs, seed)
     if config_override is not None:
         config = config_override(config)
+    if case.verify:
+        refused = _refusal(model, config, data)
+        if refused is not None:  # training would not start: nothing is released
+            return {"case": case.name, **dataclasses.asdict(case), "refused": refused, "max_sensitivity_ratio": 0.0,
+                    "worst_neighbour": {"kind": "refused", "detail": refused}, "seconds": 0.0, "passed": True}
     if case.known_seed:
         result = known_seed_audit(model, config, x, seed=seed)
         return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
     result = audit_sensitivity(model, config, None, inputs=inputs, seed=seed, **{**kwargs, **audit_kwargs})
     return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
+
+
+def _refusal(model, config: DPConfig, data) -> str | None:
+    """The engine's verification on a public batch shaped like `data` (as `DPModel.prepare` runs it):
+    its refusal, or None."""
+    engine = DPGradientEngine(config.replace(verify=True), model.private_root(), model.term_spec(),
+                              variables=model.private_variables(), loss_rng=model.rng)
+    try:
+        engine.verify(model.loss_fn, model.private_inputs(public_batch(data)))
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def sweep(cases: Sequence[Case] | None = None, batch_size: int = 8, seed: int = 0,

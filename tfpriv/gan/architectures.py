@@ -5,7 +5,8 @@ filters capacity x {1, 2, 4}, then a linear unit. No normalisation layers, so ea
 critic value depends on that example only (per-example clipping needs that).
 Generator: the mirror image from a 128-d Gaussian latent: Dense -> 4x4x(4 capacity) -> ReLU ->
 Conv2DTranspose to 8x8 (cropped to 7x7) -> 14x14 -> 28x28, sigmoid output, because MNIST pixels
-are in [0, 1] and the evaluation classifier expects that range.
+are in [0, 1] and the evaluation classifier expects that range. Other image shapes (H, W, C) get the
+same layers from ceil(H/8) x ceil(W/8), each upsampling cropped to ceil(H/4), ceil(H/2), H (and W).
 
 Class-conditional variants: the critic sees the label as `num_classes` one-hot channels
 tiled over the image (the label is private data, so it enters the per-example gradient and is
@@ -31,6 +32,17 @@ def _check(capacity: int, num_classes: int | None) -> None:
         raise UsageError(f"num_classes: must be >= 2 for a conditional model, got {num_classes}")
 
 
+def _check_shape(image_shape: tuple[int, ...]) -> None:
+    if len(image_shape) != 3 or not all(isinstance(d, int) and d >= 1 for d in image_shape):
+        raise UsageError(f"image_shape: must be (height, width, channels) of positive integers, got {image_shape}")
+
+
+def _crop(h, before: tuple[int, int], after: tuple[int, int], name: str):
+    """h ([B, 2*before, C]) cropped at the bottom and right to `after` (no layer when they agree)."""
+    extra = (2 * before[0] - after[0], 2 * before[1] - after[1])
+    return layers.Cropping2D(((0, extra[0]), (0, extra[1])), name=name)(h) if any(extra) else h
+
+
 def generator_width(capacity: int, generator_capacity: int | None) -> int:
     """The generator's capacity: `generator_capacity`, or the critic's `capacity` when it is None."""
     if generator_capacity is None:
@@ -44,6 +56,7 @@ def build_critic(capacity: int = 32, num_classes: int | None = None,
                  image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> keras.Model:
     """Critic D(x) (or D(x, y) when num_classes is set): [B, H, W, C] (+ [B] int labels) -> [B]."""
     _check(capacity, num_classes)
+    _check_shape(image_shape)
     image = layers.Input(image_shape, name="image")
     inputs = [image]
     h = image
@@ -64,12 +77,11 @@ def build_critic(capacity: int = 32, num_classes: int | None = None,
 
 def build_generator(capacity: int = 32, latent_size: int = 128, num_classes: int | None = None,
                     image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> keras.Model:
-    """Generator G(z) (or G(z, y)): [B, latent] (+ [B] int labels) -> [B, 28, 28, 1] in (0, 1)."""
+    """Generator G(z) (or G(z, y)): [B, latent] (+ [B] int labels) -> [B, H, W, C] in (0, 1) (`image_shape`)."""
     _check(capacity, num_classes)
     if latent_size < 1:
         raise UsageError(f"--latent_size: must be >= 1, got {latent_size}")
-    if tuple(image_shape[:2]) != (28, 28):
-        raise UsageError(f"image_shape: the generator makes 28x28 images, got {image_shape}")
+    _check_shape(image_shape)
     z = layers.Input((latent_size,), name="latent")
     inputs = [z]
     h = z
@@ -77,14 +89,16 @@ def build_generator(capacity: int = 32, latent_size: int = 128, num_classes: int
         label = layers.Input((), dtype=tf.int32, name="label")
         inputs.append(label)
         h = layers.Concatenate(name="latent_and_label")([z, tf.one_hot(label, num_classes)])
-    h = layers.Dense(4 * 4 * 4 * capacity, name="project")(h)
+    # Sizes at 1/8, 1/4, 1/2 and 1 of the image's, rounded up: 4 -> 8 (cropped to 7) -> 14 -> 28 for MNIST.
+    sides = [(-(-image_shape[0] // 2 ** k), -(-image_shape[1] // 2 ** k)) for k in (3, 2, 1, 0)]
+    h = layers.Dense(sides[0][0] * sides[0][1] * 4 * capacity, name="project")(h)
     h = layers.ReLU()(h)
-    h = layers.Reshape((4, 4, 4 * capacity))(h)
-    h = layers.Conv2DTranspose(2 * capacity, KERNEL, strides=2, padding="same", name="deconv1")(h)  # 8x8
-    h = layers.ReLU()(h)
-    h = layers.Cropping2D(((0, 1), (0, 1)), name="crop")(h)  # 7x7, as in Gulrajani et al.
-    h = layers.Conv2DTranspose(capacity, KERNEL, strides=2, padding="same", name="deconv2")(h)  # 14x14
-    h = layers.ReLU()(h)
-    h = layers.Conv2DTranspose(image_shape[2], KERNEL, strides=2, padding="same", name="deconv3")(h)  # 28x28
+    h = layers.Reshape((*sides[0], 4 * capacity))(h)
+    h = layers.Conv2DTranspose(2 * capacity, KERNEL, strides=2, padding="same", name="deconv1")(h)
+    h = _crop(layers.ReLU()(h), sides[0], sides[1], "crop")  # 7x7 from 8x8, as in Gulrajani et al.
+    h = layers.Conv2DTranspose(capacity, KERNEL, strides=2, padding="same", name="deconv2")(h)
+    h = _crop(layers.ReLU()(h), sides[1], sides[2], "crop2")
+    h = layers.Conv2DTranspose(image_shape[2], KERNEL, strides=2, padding="same", name="deconv3")(h)
+    h = _crop(h, sides[2], sides[3], "crop3")
     out = layers.Activation("sigmoid", name="image")(h)
     return keras.Model(inputs if len(inputs) > 1 else z, out, name="generator")

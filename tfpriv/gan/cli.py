@@ -266,17 +266,20 @@ class GanRun(pipeline.TrainingRun):
         s = self.s
         self.num_classes = int(data.num_classes.get("label", 10)) if s.conditional else None
         labels = data.labels_train["label"].astype(np.int32) if s.conditional else None
+        image_shape = tuple(int(d) for d in data.x_train.shape[1:])  # 28x28x1 but for a synthesizer's arrays
         keras.utils.set_random_seed(self.seed)
         if s.model == "dpwgan_gp":
             model = wgan_gp.make_dpwgan_gp(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.gp_weight,
                                            seed=self.seed, generator_batch_size=s.batch_size,
                                            generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight,
-                                           saturation_bound=s.saturation_bound, noise_multiplicity=s.noise_multiplicity)
+                                           saturation_bound=s.saturation_bound, noise_multiplicity=s.noise_multiplicity,
+                                           image_shape=image_shape)
         else:
             model = dpgan.make_dpgan(s.capacity, s.latent_size, self.num_classes, s.critic_steps, s.weight_clip,
                                      seed=self.seed, generator_batch_size=s.batch_size, gan_loss=s.gan_loss,
                                      generator_capacity=s.generator_capacity, diversity_weight=s.diversity_weight,
-                                     saturation_bound=s.saturation_bound, noise_multiplicity=s.noise_multiplicity)
+                                     saturation_bound=s.saturation_bound, noise_multiplicity=s.noise_multiplicity,
+                                     image_shape=image_shape)
         optimizer = wgan_gp.dp_adam if s.gan_optimizer == "adam" else dpgan.rmsprop
         # The critic updates every step, the generator every critic_steps-th: each decays over its own updates.
         d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.gan.architectures import build_critic, build_generator, generator_width
+from tfpriv.gan.architectures import IMAGE_SHAPE, build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.terms import TermSpec
@@ -77,12 +77,12 @@ def make_dpgan(capacity: int = 32, latent_size: int = 128, num_classes: int | No
                critic_steps: int = 5, weight_clip: float = WEIGHT_CLIP, seed: int | None = None,
                generator_batch_size: int | None = None, gan_loss: str = "wasserstein",
                generator_capacity: int | None = None, diversity_weight: float = 0.0, saturation_bound: float = 0.0,
-               noise_multiplicity: int = 1) -> DPGAN:
+               noise_multiplicity: int = 1, image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> DPGAN:
     """DPGAN on the same critic/generator architecture as DP-WGAN-GP (generator at `generator_capacity`,
     default `capacity`; `diversity_weight`, `saturation_bound`: the generator's mode-seeking term and
     saturation penalty; `noise_multiplicity`: fakes per example in the critic's loss; see `PrivateWGAN`)."""
-    return DPGAN(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes),
-                 build_critic(capacity, num_classes),
+    return DPGAN(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes, image_shape),
+                 build_critic(capacity, num_classes, image_shape),
                  weight_clip=weight_clip, gan_loss=gan_loss, latent_size=latent_size, num_classes=num_classes,
                  critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
                  diversity_weight=diversity_weight, saturation_bound=saturation_bound,

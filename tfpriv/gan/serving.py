@@ -3,7 +3,7 @@
 
 | signature | inputs | outputs |
 |---|---|---|
-| `sample` | `n` int32 [], `seed` int64 [] (+ `labels` int32 [n] if conditional) | `x` [n, 28, 28, 1] |
+| `sample` | `n` int32 [], `seed` int64 [] (+ `labels` int32 [n] if conditional) | `x` [n, H, W, C] (28, 28, 1 from train.py) |
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE
 
 
 class TrainedGenerator:
-    """A trained GAN generator: `sample(n, seed[, labels])` -> images [n, 28, 28, 1] in (0, 1).
+    """A trained GAN generator: `sample(n, seed[, labels])` -> images [n, H, W, C] in (0, 1).
 
     The latents are N(0, I) drawn statelessly from `seed`; a conditional generator needs one
     integer label in [0, num_classes) per image."""

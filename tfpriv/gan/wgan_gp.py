@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.gan.architectures import build_critic, build_generator, generator_width
+from tfpriv.gan.architectures import IMAGE_SHAPE, build_critic, build_generator, generator_width
 from tfpriv.gan.base import PrivateWGAN
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
@@ -83,13 +83,13 @@ def make_dpwgan_gp(capacity: int = 32, latent_size: int = 128, num_classes: int 
                    critic_steps: int = 1, gp_weight: float = GP_WEIGHT, seed: int | None = None,
                    generator_batch_size: int | None = None, generator_capacity: int | None = None,
                    diversity_weight: float = 0.0, saturation_bound: float = 0.0,
-                   noise_multiplicity: int = 1) -> DPWGANGP:
+                   noise_multiplicity: int = 1, image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> DPWGANGP:
     """The source paper's architecture at `capacity` (the generator at `generator_capacity`, default the
     same), optionally class-conditional; `diversity_weight`, `saturation_bound`: the generator's mode-seeking
     term and saturation penalty; `noise_multiplicity`: fakes and interpolation weights per example in the
     critic's loss (`PrivateWGAN`)."""
-    return DPWGANGP(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes),
-                    build_critic(capacity, num_classes),
+    return DPWGANGP(build_generator(generator_width(capacity, generator_capacity), latent_size, num_classes, image_shape),
+                    build_critic(capacity, num_classes, image_shape),
                     gp_weight=gp_weight, latent_size=latent_size, num_classes=num_classes,
                     critic_steps=critic_steps, seed=seed, generator_batch_size=generator_batch_size,
                     diversity_weight=diversity_weight, saturation_bound=saturation_bound,

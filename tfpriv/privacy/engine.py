@@ -50,6 +50,9 @@ FAST_NOT_EXACT = ("fast clipping is not exact for this model", "the loss uses a 
 PER_EXAMPLE_NOT_EXACT = ("per-example clipping is not exact for this model", "an example's loss as a batch of one "
                          "differs from its loss in the batch (batch-size-dependent terms or random numbers drawn in "
                          "the loss; pass randomness as per-example inputs): use clipping='vectorized'")
+MIXES_EXAMPLES = ("DP engine: a sample-wise loss term depends on other examples in the batch "
+                  "(e.g. BatchNormalization: tfpriv.fix_model(model) replaces it by GroupNormalization); "
+                  "a DPModel term that mixes examples on purpose is declared batch-wise")
 AUTO_NOT_EXACT = ("clipping='auto' finds no exact path for this model: neither fast nor per-example clipping is exact",
                   "an example's loss as a batch of one differs from its loss in the batch and the loss is not "
                   "first-order through each layer's call: clipping='vectorized' (per-example Jacobians, O(B^2) "
@@ -83,7 +86,9 @@ def finite_examples(inputs, batch_size: tf.Tensor):
 
 def public_batch(batch, size: int = 8):
     """A batch of `size` public examples shaped like `batch`: the same structure, trailing shapes
-    and dtypes; floating entries uniform in [0, 1) from a fixed seed, integer and boolean entries 0.
+    and dtypes, from a fixed seed; floating entries uniform in [0, 1), integer entries uniform in
+    {0, 1} (ids within every Embedding's range, labels within any K >= 2 classes), boolean entries
+    random, so the examples differ in every input and a loss that mixes them shows it (`verify`).
 
     What the engine checks before training (`verify`) runs on it, so that check reads no record:
     on real rows, one extreme record (3e38 features) could get a model refused, which would
@@ -96,7 +101,9 @@ def public_batch(batch, size: int = 8):
         shape = [size, *t.shape[1:]]
         if t.dtype.is_floating:
             return tf.constant(rng.random(shape), t.dtype)
-        return tf.zeros(shape, t.dtype)
+        if t.dtype == tf.bool:
+            return tf.constant(rng.random(shape) < 0.5)
+        return tf.constant(rng.integers(0, 2, shape), t.dtype)
     return tf.nest.map_structure(like, batch)
 
 
@@ -512,10 +519,8 @@ class DPGradientEngine:
             jac = tf.reshape(jac, [n, n, -1]).numpy()
             off = np.abs(jac).sum(axis=2) * (1 - np.eye(n))
             if off.max() > 1e-6 * max(1.0, np.abs(jac).max()):
-                raise ConfigError(
-                    "DP engine: a sample-wise loss term depends on other examples in the batch "
-                    "(e.g. BatchNormalization: tfpriv.fix_model(model) replaces it by GroupNormalization); "
-                    "a DPModel term that mixes examples on purpose is declared batch-wise")
+                raise ConfigError(MIXES_EXAMPLES)
+        self._check_discrete_locality(loss_fn, inputs, layout)
         if self.auto:
             self._choose_path(loss_fn, inputs, layout, batch_size, tape, phi, psi, rtol)
             return
@@ -529,6 +534,39 @@ class DPGradientEngine:
             return
         slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
         self._compare_norms(checked, slow, psi is not None, rtol, why)
+
+    def _check_discrete_locality(self, loss_fn: LossFn, inputs, layout: BatchLayout) -> None:
+        """Refuses a sample-wise term that reads other examples' integer or boolean inputs (ids,
+        labels), which have no Jacobian: example 0's such entries are changed and every other
+        example's loss must stay the same (all passes draw the same numbers from the loss stream)."""
+        flat = tf.nest.flatten(inputs)
+        discrete = [i for i, t in enumerate(flat) if not t.dtype.is_floating and (t.shape.rank or 0) >= 1]
+        n = batch_size_of(inputs)
+        if not discrete or int(n) < 2:
+            return
+        changed = list(flat)
+        for i in discrete:
+            t = flat[i]
+            first = tf.logical_not(t[:1]) if t.dtype == tf.bool else tf.where(
+                t[:1] == tf.zeros([], t.dtype), tf.ones_like(t[:1]), tf.zeros_like(t[:1]))
+            changed[i] = tf.concat([first, t[1:]], axis=0)
+        passes = []
+        with in_step(self.loss_rng):  # every pass draws the step's numbers from its first draw, by row
+            start = getattr(self.loss_rng, "calls", None)
+            for x in (inputs, inputs, tf.nest.pack_sequence_as(inputs, changed)):
+                with (self.loss_rng.replaying(start, tf.range(n)) if start is not None else contextlib.nullcontext()):
+                    passes.append(loss_fn(x, layout).sample_total().numpy()[1:])
+        first, same = passes[0], self._same(passes[0], passes[1])
+        # Rows whose loss changes between two identical passes (randomness outside the loss stream,
+        # e.g. Dropout) cannot be compared; the Jacobian check still covers their float inputs.
+        if not np.all(self._same(first, passes[2])[same]):
+            raise ConfigError(MIXES_EXAMPLES)
+
+    @staticmethod
+    def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Element-wise: equal up to float32 round-off (NaN equals NaN)."""
+        scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=1.0))
+        return np.isclose(a, b, rtol=1e-5, atol=1e-6 * scale, equal_nan=True)
 
     def _choose_path(self, loss_fn, inputs, layout: BatchLayout, batch_size, tape, phi, psi, rtol: float) -> None:
         """`auto`: keeps `fast` if its norms equal the per-example Jacobian's, else switches to

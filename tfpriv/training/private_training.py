@@ -1,7 +1,7 @@
 """What `make_private`'s model does whichever Keras it is: `PrivateTraining`, the DP-SGD training of
 a Keras model on a per-example loss (the loss made per-example, out-of-range class labels and token
-ids dropped), mixed into Keras 2's `tfpriv.training.private_model.PrivateModel` and Keras 3's
-`tfpriv.training.keras3.PrivateModel`.
+ids dropped: `tfpriv.training.screening`), mixed into Keras 2's
+`tfpriv.training.private_model.PrivateModel` and Keras 3's `tfpriv.training.keras3.PrivateModel`.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import finite_examples
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPTraining
+from tfpriv.training.screening import EmbeddingScreen, all_valid, class_labels, index_targets
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
@@ -51,26 +52,56 @@ class PrivateTraining(DPTraining):
         return TermSpec(sample=("loss",))
 
     def private_inputs(self, data):
-        """(x, y, drop): drop [B] is NaN for an example whose class label or token id (an input
-        read by an Embedding) is out of range and 0 otherwise, so the engine drops that example as
-        it drops non-finite inputs (clip factor 0, counted in `dropped`) instead of the loss aborting
-        the step on it; its out-of-range ids are set to 0 so the forward pass runs."""
+        """(x, y, drop): drop [B] is NaN for an example whose class label is out of range and 0
+        otherwise, so the engine drops that example as it drops non-finite inputs (clip factor 0,
+        counted in `dropped`) instead of the loss aborting the step on it. Token ids are screened
+        where an Embedding reads them (`loss_terms`)."""
         x, y = _unpack(data)
         drop = tf.zeros(tf.shape(tf.nest.flatten(x)[0])[:1])
-        x, ids_valid = embedding_ids(self.model, x)
-        _, labels_valid = class_labels(y, self._output_shape, self.sparse_loss)
-        for valid in (ids_valid, labels_valid):
-            if valid is not None:
-                drop = tf.where(valid, drop, float("nan"))
+        _, labels_valid = self._class_labels(y, self._output_shape)
+        if labels_valid is not None:
+            drop = tf.where(labels_valid, drop, float("nan"))
         return x, y, drop
 
     def loss_terms(self, data, layout: BatchLayout, training: bool = True) -> LossTerms:
+        """The per-example loss; an example one of whose Embeddings got an id outside [0, input_dim)
+        (at any depth of the model, `EmbeddingScreen`) has its ids clamped for the forward pass and a
+        NaN loss, so its gradient norm is NaN and the engine drops it (clip factor 0, counted in
+        `dropped`) whatever the clipping path."""
         x, y = data[0], data[1]
-        y_pred = self.model(x, training=training)
+        y_pred, ids_valid = self._screened_forward(x, training)
         # The prediction's static shape says which labels are class indices (`private_inputs`).
         object.__setattr__(self, "_output_shape", y_pred.shape if isinstance(y_pred, tf.Tensor) else None)
-        y, _ = class_labels(y, self._output_shape, self.sparse_loss)  # a dropped example's label made harmless
-        return LossTerms({"loss": _per_example(self.per_example_loss(y, y_pred))})
+        y, _ = self._class_labels(y, self._output_shape)  # a dropped example's label made harmless
+        loss = _per_example(self.per_example_loss(y, y_pred))
+        if ids_valid is not None:
+            loss = loss * tf.where(ids_valid, tf.ones([], loss.dtype), tf.constant(float("nan"), loss.dtype))
+        return LossTerms({"loss": loss})
+
+    def _screened_forward(self, x, training: bool):
+        """(the model's prediction with every Embedding's ids screened, valid [B] bool or None)."""
+        screen = self.__dict__.get("_embedding_screen")
+        if screen is None:
+            screen = EmbeddingScreen(self.model)
+            object.__setattr__(self, "_embedding_screen", screen)
+        if not screen.layers:
+            return self.model(x, training=training), None
+        with screen.screening(tf.shape(tf.nest.flatten(x)[0])[0]) as found:
+            y_pred = self.model(x, training=training)
+        return y_pred, all_valid(found)
+
+    def _class_labels(self, y, y_pred_shape: tf.TensorShape | None):
+        """`class_labels` for this model's loss: labels are indices for Keras' sparse categorical
+        crossentropy, or when the loss fails on label K but not on 0 (`index_targets`, once per shape)."""
+        indices = self.sparse_loss
+        if not indices and y_pred_shape is not None and isinstance(y, (tf.Tensor, np.ndarray)) and not (
+                tf.as_dtype(y.dtype).is_integer) and y_pred_shape.rank and y_pred_shape[-1]:
+            probed = self.__dict__.setdefault("_index_targets", {})
+            key = (tf.as_dtype(y.dtype).name, tuple(y.shape[1:]), tuple(y_pred_shape[1:]))
+            if key not in probed:
+                probed[key] = index_targets(self.per_example_loss, y, y_pred_shape)
+            indices = probed[key]
+        return class_labels(y, y_pred_shape, indices)
 
     def step_logs(self, logs: dict) -> dict:
         return logs
@@ -110,9 +141,8 @@ class PrivateTraining(DPTraining):
         out-of-range token id or class label, which the engine drops."""
         data, ok = finite_examples(_unpack(data), tf.shape(tf.nest.flatten(data[0])[0])[0])
         x, y = data
-        x, ids_valid = embedding_ids(self.model, x)
-        y_pred = self(x, training=False)
-        y, valid = class_labels(y, y_pred.shape if isinstance(y_pred, tf.Tensor) else None, self.sparse_loss)
+        y_pred, ids_valid = self._screened_forward(x, training=False)
+        y, valid = self._class_labels(y, y_pred.shape if isinstance(y_pred, tf.Tensor) else None)
         for v in (ids_valid, valid):
             if v is not None:
                 ok &= v
@@ -150,72 +180,6 @@ def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss
         raise ConfigError(f"loss: expected a Keras loss name, a keras.losses.Loss or a function, "
                           f"got {type(loss).__name__}")
     return loss, any(loss is m.losses.sparse_categorical_crossentropy for m in keras_modules())
-
-
-def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """(y with out-of-range class indices set to 0, valid [B] bool), or (y, None) if y holds no class
-    indices (or the prediction's shape is not known yet).
-
-    y holds class indices into the prediction's last axis (K > 1 classes) when it has the
-    prediction's shape without that axis (or with it as 1) and is integer, or the loss is Keras'
-    sparse categorical crossentropy (which casts float labels to integers). An index outside
-    [0, K) would abort the step inside the loss: a data-dependent crash outside epsilon.
-    """
-    if y_pred_shape is None or not y_pred_shape.rank or not isinstance(y, (tf.Tensor, np.ndarray)):
-        return y, None
-    y = tf.convert_to_tensor(y)
-    k, rank = y_pred_shape[-1], y_pred_shape.rank
-    if k is None or k < 2 or y.shape.rank is None or not (y.dtype.is_integer or sparse):
-        return y, None
-    if not (y.shape.rank == rank - 1 or (y.shape.rank == rank and y.shape[-1] == 1)):
-        return y, None
-    in_range = (y >= tf.zeros([], y.dtype)) & (y < tf.cast(k, y.dtype))
-    valid = tf.reduce_all(tf.reshape(in_range, [tf.shape(y)[0], -1]), axis=1)
-    return tf.where(in_range, y, tf.zeros_like(y)), valid
-
-
-def embedding_ids(model: keras.Model, x) -> tuple[object, tf.Tensor | None]:
-    """(x with out-of-range token ids set to 0, valid [B] bool), or (x, None) when no input of
-    `model` is read directly by an Embedding.
-
-    An id outside [0, input_dim) would abort the step inside the embedding lookup (on CPU): a
-    data-dependent crash outside epsilon. Screened: the inputs of a Sequential model whose first
-    layer is an Embedding, and the inputs of a functional model that Embedding layers read directly
-    (bound: the smallest input_dim among them). Ids computed inside a subclassed model are not seen.
-    """
-    bounds = _embedding_bounds(model)
-    if not bounds:
-        return x, None
-    flat, valid = list(tf.nest.flatten(x)), None
-    for i, bound in bounds.items():
-        if i >= len(flat):
-            continue
-        t = tf.convert_to_tensor(flat[i])
-        in_range = (t >= tf.zeros([], t.dtype)) & (t < tf.cast(bound, t.dtype))
-        ok = tf.reduce_all(tf.reshape(in_range, [tf.shape(t)[0], -1]), axis=1)
-        valid = ok if valid is None else valid & ok
-        flat[i] = tf.where(in_range, t, tf.zeros_like(t))
-    return tf.nest.pack_sequence_as(x, flat), valid
-
-
-def _embedding_bounds(model: keras.Model) -> dict[int, int]:
-    """Position of a model input -> the smallest input_dim of the Embedding layers reading it directly."""
-    embedding = keras_classes("layers.Embedding")
-    if isinstance(model, keras_classes("Sequential")):
-        first = model.layers[0] if model.layers else None
-        return {0: first.input_dim} if isinstance(first, embedding) else {}
-    inputs, bounds = list(getattr(model, "inputs", None) or []), {}
-    for layer in getattr(model, "layers", []):
-        if not isinstance(layer, embedding):
-            continue
-        try:
-            read = layer.input
-        except (AttributeError, ValueError):  # not called, or called on several inputs
-            continue
-        for i, t in enumerate(inputs):
-            if read is t:
-                bounds[i] = min(bounds.get(i, layer.input_dim), layer.input_dim)
-    return bounds
 
 
 def _unpack(data):
