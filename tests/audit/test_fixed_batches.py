@@ -19,3 +19,10 @@ def test_a_batch_wise_term_is_refused():
     model, config, x = case_setup(Case("vae", "termwise", 2, "normal", "mmd"))[:3]
     with pytest.raises(ConfigError, match="^config: the fixed-batch audit covers sample-wise losses"):
         audit_fixed_batches(model, config, x, batch_size=4)
+
+
+def test_the_sweep_runs_the_fixed_batches_case():
+    from tfpriv.audit.sweep import run_case
+    result = run_case(Case("make_private", "micro", fixed_batches=True), batch_size=8, clips={"l2_norm_clip": 0.1})
+    assert result["case"] == "make_private/micro/fixed_batches" and result["passed"]
+    assert 0.5 < result["max_sensitivity_ratio"] <= 1 + 1e-4

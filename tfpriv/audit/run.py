@@ -25,7 +25,7 @@ from tfpriv.run_folder import AUDIT_FILE
 
 def quick_cases() -> list[Case]:
     """A representative subset of the sweep: every mode and divergence once, the GAN critic, the
-    screening cases, the known-seed coupling cases."""
+    fixed-batch insertion, the screening cases, the known-seed coupling cases."""
     return [
         Case("vae", "termwise", 2, "sparse", "mmd"),
         Case("vae", "termwise", 0, "normal", "kl_pq"),
@@ -34,6 +34,7 @@ def quick_cases() -> list[Case]:
         Case("vae", "termwise", 4, "normal", "none"),
         Case("dpwgan_gp", "micro"),
         Case("make_private", "micro"),
+        Case("make_private", "micro", fixed_batches=True),
         *screening_cases(),
         *known_seed_cases(),
     ]

@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.audit.fixed_batches import audit_fixed_batches
 from tfpriv.audit.known_seed import known_seed_audit
 from tfpriv.audit.sensitivity import DEFAULT_SCALES, audit_sensitivity, passes
 from tfpriv.compat import keras
@@ -59,6 +60,7 @@ class Case:
     clipping: str | None = None  # None: per_example for the GAN, fast otherwise
     known_seed: bool = False   # the known-seed coupling (`tfpriv.audit.known_seed`) instead of the audit's
     verify: bool = False       # verify on a public batch first, as training does; refused: trains on nothing
+    fixed_batches: bool = False  # the "fixed" scheme's 2-Delta bound (`tfpriv.audit.fixed_batches`) instead
 
     @property
     def name(self) -> str:
@@ -71,7 +73,7 @@ class Case:
         if self.aggregation == "termwise":
             mode += "_b" + ("singleton" if self.num_partitions == 0 else str(self.num_partitions))
         extra = (([self.clipping] if self.clipping else []) + (["known_seed"] if self.known_seed else [])
-                 + (["verified"] if self.verify else []))
+                 + (["verified"] if self.verify else []) + (["fixed_batches"] if self.fixed_batches else []))
         return "/".join(parts + [mode] + extra)
 
 
@@ -86,7 +88,7 @@ def default_cases() -> list[Case]:
     cap = [Case("vae", "micro", None, prior, div, at_cap=True) for prior in PRIORS for div in DIVERGENCES if div != "none"]
     return (vae_cases() + cap + [Case("dpwgan_gp", "micro"), Case("dpwgan_gp", "micro", conditional=True),
                                  Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS]
-            + screening_cases() + known_seed_cases())
+            + screening_cases() + known_seed_cases() + [Case("make_private", "micro", fixed_batches=True)])
 
 
 def screening_cases() -> list[Case]:
@@ -296,6 +298,10 @@ def run_case(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Sequenc
                     "worst_neighbour": {"kind": "refused", "detail": refused}, "seconds": 0.0, "passed": True}
     if case.known_seed:
         result = known_seed_audit(model, config, x, seed=seed)
+        return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
+    if case.fixed_batches:  # a record inserted into positionally batched rows: 2 batches of B / 2
+        result = audit_fixed_batches(model, config, x, max(1, batch_size // 2), positions=(0, batch_size // 2),
+                                     seed=seed)
         return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
     result = audit_sensitivity(model, config, None, inputs=inputs, seed=seed, **{**kwargs, **audit_kwargs})
     return {"case": case.name, **dataclasses.asdict(case), **result, "passed": passes(result)}
