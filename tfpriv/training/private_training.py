@@ -15,8 +15,10 @@ from tfpriv.compat import keras, keras_classes, keras_modules
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import finite_examples
+from tfpriv.privacy.statement import privacy_statement, write_statement
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
-from tfpriv.training.dp_model import DPTraining
+from tfpriv.training.callbacks import PrivacyCallback
+from tfpriv.training.dp_model import NON_PRIVATE, DPTraining
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
@@ -25,6 +27,8 @@ LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
 class PrivateTraining(DPTraining):
     """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y). Mixed into
     `PrivateModel` (Keras 2) and `tfpriv.training.keras3.PrivateModel` (Keras 3)."""
+
+    budget_name = "max_epsilon"  # the parameter the budget came from (`make_private`: "target_epsilon")
 
     def __init__(self, model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
@@ -114,13 +118,47 @@ class PrivateTraining(DPTraining):
                 ok &= v
         return tf.nest.map_structure(lambda t: tf.boolean_mask(t, ok), (y, y_pred))
 
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, **kwargs):
+        """Keras `fit` (`DPTraining.fit`); a stop at the privacy budget (`max_epsilon`, or the
+        `target_epsilon` given to `make_private`) is said in one line at every verbosity."""
+        callbacks = list(callbacks or [])
+        privacy = next((c for c in callbacks if isinstance(c, PrivacyCallback)), None)
+        if privacy is None and getattr(self, "dp_config", NON_PRIVATE).private:
+            privacy = PrivacyCallback(self.ledger, self.delta, self.sampling_rate, self.effective_noise_multiplier,
+                                      self.max_epsilon, self.accountant, announce=False)
+            callbacks.insert(0, privacy)
+        history = super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
+                              **kwargs)
+        if privacy is not None and privacy.budget_reached and not privacy.announce:
+            steps = self.ledger.total_steps
+            print(f"stopped at the privacy budget {self.budget_name}={self.max_epsilon:g}: epsilon = "
+                  f"{self.epsilon():.4g} at delta = {self.delta:.3g} after {steps} step{'s' if steps != 1 else ''}; "
+                  "one more step would exceed it", flush=True)
+        return history
+
+    def privacy_statement(self) -> dict:
+        """What training has spent so far (`tfpriv.privacy.statement`): `save` and `export` put it in the file."""
+        ledger = getattr(self, "ledger", None)
+        return privacy_statement(ledger.segments() if ledger is not None else [], self._privacy["dp"],
+                                 self._privacy["delta"], has_batch_terms=self.term_spec().has_batch_terms)
+
     def save(self, filepath, *args, **kwargs):
-        """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it)."""
-        return self.model.save(filepath, *args, **kwargs)
+        """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it) with its
+        privacy statement (in a `.keras` file: the member `privacy_statement.json`; in a SavedModel
+        folder: `assets/privacy_statement.json`), from which `tfpriv.load_private` continues the ledger."""
+        if str(filepath).endswith((".h5", ".hdf5")):
+            raise ConfigError(f"filepath: {filepath}: HDF5 has no place for the privacy statement; save to a path "
+                              "ending in .keras")
+        out = self.model.save(filepath, *args, **kwargs)
+        write_statement(str(filepath), self.privacy_statement())
+        return out
 
     def export(self, filepath, *args, **kwargs):
-        """Exports the wrapped Keras model as a SavedModel for serving (Keras' `Model.export`)."""
-        return self.model.export(filepath, *args, **kwargs)
+        """Exports the wrapped Keras model as a SavedModel for serving (Keras' `Model.export`), its
+        privacy statement in `assets/privacy_statement.json`."""
+        out = self.model.export(filepath, *args, **kwargs)
+        write_statement(str(filepath), self.privacy_statement())
+        return out
 
 
 def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss, bool]:

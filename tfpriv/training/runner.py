@@ -75,6 +75,19 @@ class PrivacyPlan:
     def planned_steps(self) -> int:
         return self.steps_per_epoch * self.epochs
 
+    def noise_change(self) -> str | None:
+        """One line when this plan continues a ledger whose last segment had another effective noise
+        multiplier (a target epsilon re-calibrated over a longer or shorter run), else None."""
+        if not (self.config.private and self.history):
+            return None
+        before, now = self.history[-1][1], self.effective_noise_multiplier
+        if math.isclose(before, now, rel_tol=1e-9):
+            return None
+        why = (f" (target_epsilon={self.target_epsilon:g} re-calibrated for the remaining "
+               f"{max(self.planned_steps - self.steps_taken, 0)} planned steps)" if self.target_epsilon is not None else "")
+        return (f"noise multiplier changes: effective {before:.4g} over the {self.steps_taken} steps taken, "
+                f"{now:.4g} from here{why}")
+
     def summary(self) -> dict:
         cfg = self.config
         out = {
@@ -263,6 +276,9 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     history = read_ledger(output_dir)
     if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
         plan = continue_plan(plan, history)
+    change = plan.noise_change()
+    if change:  # at every verbosity: what the continued run spends per step is not what it spent before
+        print(change, flush=True)
     optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
     model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
                   max_epsilon=plan.max_epsilon, accountant=plan.accountant.name)
