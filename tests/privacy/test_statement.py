@@ -3,6 +3,7 @@ figures, its DpEvent rebuilt by dp_accounting, written into and read from .keras
 import json
 import zipfile
 
+import h5py
 import pytest
 
 import tfpriv
@@ -47,6 +48,10 @@ def test_written_into_a_zip_or_a_folder_and_read_back(tmp_path):
     assert read_statement(str(tmp_path / "saved")) == s
     (tmp_path / "empty").mkdir()
     assert read_statement(str(tmp_path / "empty")) is None
-    (tmp_path / "m.h5").write_text("not a zip")
+    h5py.File(tmp_path / "m.h5", "w").close()
+    write_statement(str(tmp_path / "m.h5"), s)
+    assert json.loads(h5py.File(tmp_path / "m.h5", "r").attrs["tfpriv_privacy_statement"]) == s
+    assert read_statement(str(tmp_path / "m.h5")) == s
+    (tmp_path / "m.txt").write_text("not a saved model")
     with pytest.raises(ConfigError, match="^filepath: "):
-        write_statement(str(tmp_path / "m.h5"), s)
+        write_statement(str(tmp_path / "m.txt"), s)

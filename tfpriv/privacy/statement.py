@@ -5,8 +5,9 @@ effective noise multiplier, steps): the run's DpEvent in dp_accounting's seriali
 (`event_to_json`; `event_from_json` rebuilds it), epsilon at delta per accountant, the sampling
 scheme, C, z, the steps, the adjacency and the tfpriv version, plus what the caller adds (a
 tuning job's budget, a run's per-artefact guarantees). `write_statement` puts it in a saved model:
-the member `privacy_statement.json` of a `.keras` file (a zip) or `assets/privacy_statement.json`
-of a SavedModel folder; `read_statement` reads it back (plain `json` + `zipfile` do too).
+the member `privacy_statement.json` of a `.keras` file (a zip), `assets/privacy_statement.json` of a
+SavedModel folder or the root attribute `tfpriv_privacy_statement` of an HDF5 file; `read_statement`
+reads it back (plain `json` with `zipfile`, or h5py, do too).
 
 Example:
     >>> import tfpriv
@@ -26,6 +27,7 @@ import zipfile
 from typing import Any, Mapping, Sequence
 
 import dp_accounting
+import h5py
 
 import tfpriv
 from tfpriv.errors import ConfigError
@@ -33,6 +35,8 @@ from tfpriv.privacy.accounting import Segment, get_accountant, training_event
 from tfpriv.privacy.config import DPConfig
 
 STATEMENT_FILE = "privacy_statement.json"  # the .keras member; in a SavedModel: assets/STATEMENT_FILE
+STATEMENT_ATTRIBUTE = "tfpriv_privacy_statement"  # an HDF5 file's root attribute (its JSON text)
+HDF5_SUFFIXES = (".h5", ".hdf5")
 ADJACENCY = "add_or_remove_one"
 FORMAT = 1  # the statement's layout version
 
@@ -132,6 +136,10 @@ def write_statement(path: str, statement: Mapping) -> str:
     """Puts `statement` into the saved model at `path`: a `.keras` file gets the zip member
     `STATEMENT_FILE`, a SavedModel folder `assets/STATEMENT_FILE`. Returns where it went."""
     text = json.dumps(statement, indent=2, sort_keys=True)
+    if path.endswith(HDF5_SUFFIXES):
+        with h5py.File(path, "a") as f:
+            f.attrs[STATEMENT_ATTRIBUTE] = text
+        return f"{path}:{STATEMENT_ATTRIBUTE}"
     if os.path.isdir(path):
         target = os.path.join(path, "assets", STATEMENT_FILE)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -139,8 +147,8 @@ def write_statement(path: str, statement: Mapping) -> str:
             f.write(text + "\n")
         return target
     if not zipfile.is_zipfile(path):
-        raise ConfigError(f"filepath: {path} is neither a .keras file nor a SavedModel folder; the privacy "
-                          "statement goes into one of those (save to a path ending in .keras)")
+        raise ConfigError(f"filepath: {path} is neither a .keras nor an HDF5 file nor a SavedModel folder; the "
+                          "privacy statement goes into one of those (save to a path ending in .keras)")
     with zipfile.ZipFile(path, "a") as archive:
         if STATEMENT_FILE in archive.namelist():
             raise ConfigError(f"filepath: {path} already holds a {STATEMENT_FILE}")
@@ -149,7 +157,11 @@ def write_statement(path: str, statement: Mapping) -> str:
 
 
 def read_statement(path: str) -> dict | None:
-    """The statement saved in the `.keras` file or SavedModel folder at `path`, or None if it has none."""
+    """The statement saved in the `.keras` or HDF5 file or SavedModel folder at `path`, or None if it has none."""
+    if path.endswith(HDF5_SUFFIXES):
+        with h5py.File(path, "r") as f:
+            text = f.attrs.get(STATEMENT_ATTRIBUTE)
+        return None if text is None else json.loads(text)
     if os.path.isdir(path):
         target = os.path.join(path, "assets", STATEMENT_FILE)
         if not os.path.isfile(target):

@@ -131,9 +131,9 @@ class PrivateTraining(DPTraining):
                               **kwargs)
         if privacy is not None and privacy.budget_reached and not privacy.announce:
             steps = self.ledger.total_steps
-            print(f"stopped at the privacy budget {self.budget_name}={self.max_epsilon:g}: epsilon = "
-                  f"{self.epsilon():.4g} at delta = {self.delta:.3g} after {steps} step{'s' if steps != 1 else ''}; "
-                  "one more step would exceed it", flush=True)
+            print(f"stopped at {self.budget_name}={self.max_epsilon:g}: epsilon = {self.epsilon():.4g} at delta = "
+                  f"{self.delta:.3g} after {steps} step{'s' if steps != 1 else ''}; one more step would exceed the "
+                  "budget", flush=True)
         return history
 
     def privacy_statement(self) -> dict:
@@ -145,10 +145,8 @@ class PrivateTraining(DPTraining):
     def save(self, filepath, *args, **kwargs):
         """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it) with its
         privacy statement (in a `.keras` file: the member `privacy_statement.json`; in a SavedModel
-        folder: `assets/privacy_statement.json`), from which `tfpriv.load_private` continues the ledger."""
-        if str(filepath).endswith((".h5", ".hdf5")):
-            raise ConfigError(f"filepath: {filepath}: HDF5 has no place for the privacy statement; save to a path "
-                              "ending in .keras")
+        folder: `assets/privacy_statement.json`; in HDF5: the root attribute `tfpriv_privacy_statement`),
+        from which `tfpriv.load_private` continues the ledger."""
         out = self.model.save(filepath, *args, **kwargs)
         write_statement(str(filepath), self.privacy_statement())
         return out
