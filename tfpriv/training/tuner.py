@@ -418,6 +418,8 @@ def add_tuning_to_statement(run_dir: str, privacy: dict) -> None:
     """Puts the tuning job's budget (`privacy`, as tuning.json releases it) into the privacy statement
     of the released run `run_dir`: its results.json's `privacy_statement` and `saved_model/`'s copy."""
     path = os.path.join(run_dir, RESULTS_FILE)
+    if not os.path.isfile(path):  # a trial function that writes no results.json
+        return
     with open(path) as f:
         record = json.load(f)
     if record.get("privacy_statement") is None:  # a run that records no statement
