@@ -83,8 +83,9 @@ class PrivacyPlan:
         before, now = self.history[-1][1], self.effective_noise_multiplier
         if math.isclose(before, now, rel_tol=1e-9):
             return None
-        why = (f" (target_epsilon={self.target_epsilon:g} re-calibrated for the remaining "
-               f"{max(self.planned_steps - self.steps_taken, 0)} planned steps)" if self.target_epsilon is not None else "")
+        remaining = self.planned_steps - self.steps_taken
+        why = (f" (target_epsilon={self.target_epsilon:g} re-calibrated for the remaining {remaining} planned steps)"
+               if self.target_epsilon is not None and remaining > 0 else "")
         return (f"noise multiplier changes: effective {before:.4g} over the {self.steps_taken} steps taken, "
                 f"{now:.4g} from here{why}")
 
@@ -276,9 +277,6 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     history = read_ledger(output_dir)
     if plan.config.private and list(plan.history) != [s for s in history if s[2] > 0]:
         plan = continue_plan(plan, history)
-    change = plan.noise_change()
-    if change:  # at every verbosity: what the continued run spends per step is not what it spent before
-        print(change, flush=True)
     optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
     model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
                   max_epsilon=plan.max_epsilon, accountant=plan.accountant.name)
@@ -309,6 +307,9 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     history = {}
     start = time.time()
     if initial_epoch < plan.epochs and not (privacy and privacy.allowed == 0):
+        change = plan.noise_change()
+        if change:  # at every verbosity: the continued run spends per step not what it spent before
+            print(change, flush=True)
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
