@@ -28,6 +28,8 @@ def test_the_statement_is_the_accountants_and_its_event_composes_to_the_same_eps
     accountant.compose(event)
     assert accountant.get_epsilon(1e-5) == s["epsilon"]["rdp"]
     assert "400 poisson-sampled steps" in describe(s) and "tuning job epsilon 3.0" in describe(s)
+    filter_run = {**s, "guarantees": {"saved_model/": {"guarantee": "not private: holds filter/"}}}
+    assert "; saved_model/: not private: holds filter/ (tfpriv " in describe(filter_run)
 
 
 def test_a_non_private_model_states_no_epsilon():

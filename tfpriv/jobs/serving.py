@@ -3,7 +3,8 @@
 The export is a plain `tf.Module` saved by `tf.saved_model.save`: loading it needs TensorFlow
 only (`tf.saved_model.load(path).signatures[name](**inputs)`), not tfpriv. Every signature
 returns a dict of tensors; `assets/privacy_statement.json` is the run's privacy statement
-(`tfpriv.privacy.statement`, the same as results.json's `privacy_statement`). Randomness is an explicit `seed` input (int64 scalar) drawn with
+(`tfpriv.privacy.statement`, the same as results.json's `privacy_statement`).
+Randomness is an explicit `seed` input (int64 scalar) drawn with
 stateless ops (`seed_pair`): the same inputs and seed give the same outputs, and the same as the
 in-process model (`tfpriv.load(run_dir)`), whose methods the signatures call.
 

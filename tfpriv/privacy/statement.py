@@ -118,17 +118,21 @@ def statement_segments(statement: Mapping) -> list[Segment]:
 
 
 def describe(statement: Mapping) -> str:
-    """One line: epsilon per accountant at delta, the mechanism and its settings, the version."""
+    """One line: epsilon per accountant at delta, the mechanism and its settings, a tuning job's epsilon, the
+    export's own guarantee where the run states one, the version."""
     version = f"tfpriv {statement.get('tfpriv_version')}"
     if not statement.get("private"):
         return f"privacy statement: trained without differential privacy (no epsilon; {version})"
     eps = ", ".join(f"{v:.4g} ({k})" if isinstance(v, (int, float)) else f"{v} ({k})"
                     for k, v in statement["epsilon"].items())
     line = (f"privacy statement: epsilon {eps} at delta = {statement['delta']:.3g}, {statement['adjacency']} "
-            f"adjacency; {statement['steps']} {statement['sampling']}-sampled steps, C = {statement['l2_norm_clip']:g}, "
-            f"noise multiplier {statement['noise_multiplier']:.4g}")
+            f"adjacency; {statement['steps']} {statement['sampling']}-sampled steps, "
+            f"C = {statement['l2_norm_clip']:g}, noise multiplier {statement['noise_multiplier']:.4g}")
     if statement.get("tuning"):
         line += f"; tuning job epsilon {statement['tuning'].get('epsilon')}"
+    served = (statement.get("guarantees") or {}).get("saved_model/")
+    if served:  # a run whose export is under another guarantee (the filter's: not private)
+        line += f"; saved_model/: {served['guarantee']}"
     return f"{line} ({version})"
 
 
