@@ -177,3 +177,50 @@ def test_an_export_is_replaced_atomically(tmp_path, monkeypatch):
     assert not [name for name in os.listdir(tmp_path / "gan") if name.startswith(".")]
     kept = tf.saved_model.load(path).signatures["sample"](n=tf.constant(2), seed=tf.constant(SEED))["x"].numpy()
     np.testing.assert_array_equal(kept, first)  # the previous export is intact
+
+
+@pytest.fixture(scope="module")
+def private_privae_run(tmp_path_factory):
+    """A tiny private PriVAE run (termwise, z = 1.1, 3 Poisson steps) through the shared run sequence."""
+    out = str(tmp_path_factory.mktemp("private_privae") / "run")
+    settings = read_settings(privae_job.JOB, FLAGS, dataset="digits", aggregation="termwise", noise_multiplier=1.1,
+                             epochs=1, batch_size=512, seed=0, verbose=0, eval_importance_samples=2, eval_examples=20)
+    run = privae_job.PriVAERun(settings, out)
+    return run, run.run()
+
+
+def _assets_statement(saved_model: str) -> dict:
+    with open(os.path.join(saved_model, "assets", "privacy_statement.json")) as f:  # json alone reads it
+        return json.load(f)
+
+
+def test_a_runs_export_carries_the_privacy_statement_its_results_record(private_privae_run, privae_run, capsys):
+    run, results = private_privae_run
+    stored = json.load(open(os.path.join(run.output_dir, "results.json")))
+    statement = stored["privacy_statement"]
+    assert _assets_statement(stored["saved_model"]["path"]) == statement == results["privacy_statement"]
+    assert statement["epsilon"][stored["accountant"]] == stored["epsilon"] and statement["private"] is True
+    for key in ("delta", "noise_multiplier", "effective_noise_multiplier", "steps", "l2_norm_clip", "batch_clip"):
+        assert statement[key] == stored[key], key
+    assert statement["segments"] == [{"sampling_rate": stored["sampling_rate"], "steps": stored["steps"],
+                                      "effective_noise_multiplier": stored["effective_noise_multiplier"]}]
+    capsys.readouterr()
+    tfpriv.load(run.output_dir)
+    out = capsys.readouterr().out
+    assert out.startswith("privacy statement: epsilon ") and f"{stored['epsilon']:.4g} (rdp)" in out
+    non_private = privae_run[1]["saved_model"]["path"]
+    assert _assets_statement(non_private)["private"] is False and "epsilon" not in _assets_statement(non_private)
+
+
+@pytest.mark.parametrize("family", ["gan", "filter"])
+def test_every_familys_export_carries_the_runs_privacy_statement(tmp_path, family):
+    from tfpriv.files import write_json
+    from tfpriv.privacy.statement import privacy_statement
+
+    run_dir = str(tmp_path)
+    tiny_generator_run(run_dir, num_classes=None) if family == "gan" else tiny_filter_run(run_dir)
+    statement = privacy_statement([(0.05, 1.2, 40)], tfpriv.DPConfig(aggregation="micro", noise_multiplier=1.2), 1e-5)
+    record = json.load(open(os.path.join(run_dir, "results.json")))
+    write_json(os.path.join(run_dir, "results.json"), {**record, "privacy_statement": statement})
+    path = export_run(run_dir)["path"]
+    assert _assets_statement(path) == statement

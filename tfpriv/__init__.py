@@ -1,7 +1,8 @@
 """tfpriv: differentially private generative modelling in TensorFlow/Keras.
 
 Top level: `DPConfig` (how a loss is privatized), `make_private` (DP-SGD for your own Keras
-model; `fix_model`/`validate_model` make it clippable per example, replacing BatchNormalization),
+model; `fix_model`/`validate_model` make it clippable per example, replacing BatchNormalization;
+`load_private` continues one a private model saved, its epsilon continuing),
 `DPModel` (the base of every private model family), `load` (the trained model of a
 run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.export`), `synthesizer`
 (private synthetic data from arrays: fit, sample, save; `tfpriv.synthesizer`).
@@ -22,10 +23,11 @@ _EXPORTS = {
     "fix_model": "tfpriv.training.model_fix",
     "validate_model": "tfpriv.training.model_fix",
     "make_private": "tfpriv.training.private_model",
+    "load_private": "tfpriv.training.private_model",
     "synthesizer": "tfpriv.synthesizer",
 }
 
-__all__ = ["DPConfig", "DPModel", "PrivateModel", "fix_model", "load", "make_private", "synthesizer",
+__all__ = ["DPConfig", "DPModel", "PrivateModel", "fix_model", "load", "load_private", "make_private", "synthesizer",
            "validate_model", "__version__"]
 
 

@@ -15,10 +15,13 @@ give the same outputs here and in the exported SavedModel (`tfpriv.export`).
 from __future__ import annotations
 
 from tfpriv.families import family_of_run
+from tfpriv.jobs.serving import run_statement
+from tfpriv.privacy.statement import describe
 
 
 def load(run_dir: str):
-    """The trained model of the run in `run_dir`, loaded by the family its results.json names.
+    """The trained model of the run in `run_dir`, loaded by the family its results.json names; prints
+    the one-line summary of the run's privacy statement (results.json `privacy_statement`).
 
     Example:
         A run folder written by the command line (`tfpriv --output_dir=runs/fm ...`) or by
@@ -27,4 +30,8 @@ def load(run_dir: str):
             model = tfpriv.load("runs/fm")
             images = model.sample(16, seed=0)   # a VAE or a GAN's generator: 16 private samples
     """
-    return family_of_run(run_dir).load(run_dir)
+    model = family_of_run(run_dir).load(run_dir)
+    statement = run_statement(run_dir)
+    print(describe(statement) if statement else
+          f"{run_dir}: no privacy statement in its results.json (a run written before tfpriv recorded one)")
+    return model

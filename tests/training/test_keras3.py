@@ -2,6 +2,8 @@
 (Embedding→LSTM text classifier, a small transformer, a BatchNorm convnet after `fix_model`) train
 with metrics and report the accountant's epsilon, as Keras 3 models; their clipped sums equal the
 naive per-example loop; dropped examples, save/load and export work as for a Keras 2 model."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -141,6 +143,11 @@ def test_tf_data_progress_bar_save_load_and_export(tmp_path, capsys):
     dp_model.export(str(tmp_path / "saved_model"), verbose=False)
     served = tf.saved_model.load(str(tmp_path / "saved_model"))  # kept: its variables live as long as it does
     np.testing.assert_allclose(served.serve(tf.constant(x)).numpy(), model.predict(x, verbose=0), rtol=1e-5)
+    with open(tmp_path / "saved_model" / "assets" / "privacy_statement.json") as f:
+        assert json.load(f) == dp_model.privacy_statement()
+    resumed = tfpriv.load_private(str(tmp_path / "m.keras"), LOSS, tfpriv.DPConfig(aggregation="micro",
+                                  noise_multiplier=NOISE), N, B)  # a Keras 3 model, its ledger continued
+    assert isinstance(resumed, keras.Model) and resumed.ledger.segments() == [(B / N, NOISE, 2)]
 
 
 class _Bilinear(L.Layer):

@@ -337,3 +337,88 @@ def test_fixed_batches_of_a_tf_data_pipeline_are_refused_or_accounted_above_the_
     steps = 3 * -(-len(x) // batch)
     assert history.history["epsilon"][-1] == pytest.approx(RDP.epsilon([(1.0, 0.55, steps)], 1e-5))
     assert history.history["epsilon"][-1] >= floor
+
+
+@pytest.mark.parametrize("verbose", [0, 2])
+def test_target_epsilon_is_a_budget_that_a_longer_fit_stops_at_in_one_line(capsys, verbose):
+    x_train, y_train = _data([12])
+    dp_model = tfpriv.make_private(_mlp(), loss=LOSS, config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0),
+                                   num_examples=N, batch_size=B, delta=1e-5, target_epsilon=1.0, epochs=1)
+    dp_model.compile(optimizer="sgd")
+    capsys.readouterr()
+    dp_model.fit(x_train, y_train, epochs=3, verbose=verbose, seed=0)  # 3 epochs asked, 1 calibrated
+    assert dp_model.epsilon() <= 1.0 and dp_model.ledger.total_steps == round(N / B)  # before: 24 steps, eps 1.45
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stopped at ")]
+    assert len(lines) == 1 and lines[0].startswith("stopped at target_epsilon=1: epsilon = "), lines
+
+
+def _fit_and_save(tmp_path):
+    """A make_private MLP after one epoch at z = 1.1, saved to m.keras; its data."""
+    x_train, y_train = _data([12])
+    dp_model = tfpriv.make_private(_mlp(), LOSS, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,
+                                                                noise_multiplier=1.1), N, B, delta=1e-5)
+    dp_model.compile(optimizer="sgd")
+    dp_model.fit(x_train, y_train, epochs=1, verbose=0, seed=0)
+    path = str(tmp_path / "m.keras")
+    dp_model.save(path)
+    return dp_model, path, x_train, y_train
+
+
+def test_saved_model_carries_its_privacy_statement_and_load_private_continues_the_ledger(tmp_path):
+    import json
+    import zipfile
+
+    from tfpriv.privacy.accounting import get_accountant, training_event
+    from tfpriv.privacy.statement import event_from_json, read_statement
+
+    dp_model, path, x_train, y_train = _fit_and_save(tmp_path)
+    steps, q = round(N / B), B / N
+    statement = json.loads(zipfile.ZipFile(path).read("privacy_statement.json"))  # no tfpriv needed
+    assert statement == dp_model.privacy_statement()
+    assert statement["steps"] == steps and statement["sampling"] == "poisson" and statement["delta"] == 1e-5
+    assert statement["adjacency"] == "add_or_remove_one" and statement["l2_norm_clip"] == 1.0
+    assert statement["noise_multiplier"] == 1.1 and statement["tfpriv_version"] == tfpriv.__version__
+    assert statement["epsilon"] == {"rdp": pytest.approx(RDP.epsilon([(q, 1.1, steps)], 1e-5)),
+                                    "pld": pytest.approx(get_accountant("pld").epsilon([(q, 1.1, steps)], 1e-5))}
+    assert event_from_json(statement["dp_event"]) == training_event([(q, 1.1, steps)])
+
+    resumed = tfpriv.load_private(path, LOSS, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,
+                                                              noise_multiplier=1.1), N, B)
+    for a, b in zip(resumed.model.get_weights(), dp_model.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    resumed.compile(optimizer="sgd")
+    history = resumed.fit(x_train, y_train, epochs=1, verbose=0, seed=1)
+    # the epsilon of one uninterrupted run of the same 2 epochs (before: that of the second epoch alone)
+    assert history.history["epsilon"][-1] == pytest.approx(RDP.epsilon([(q, 1.1, 2 * steps)], 1e-5))
+    assert resumed.ledger.segments() == [(q, 1.1, 2 * steps)] and resumed.delta == 1e-5
+    resumed.save(str(tmp_path / "m2.keras"))
+    again = tfpriv.load_private(str(tmp_path / "m2.keras"), LOSS, tfpriv.DPConfig(aggregation="micro"), N, B)
+    assert again.privacy_statement()["steps"] == 2 * steps
+    resumed.save(str(tmp_path / "m2.h5"))  # HDF5: the statement is a root attribute
+    assert read_statement(str(tmp_path / "m2.h5")) == resumed.privacy_statement()
+
+
+def test_load_private_refuses_a_model_of_unknown_privacy_without_prior_privacy(tmp_path):
+    dp_model, path, _, _ = _fit_and_save(tmp_path)
+    plain = str(tmp_path / "plain.keras")
+    keras.models.load_model(path, compile=False).save(plain)  # the weights, without the statement
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1)
+    with pytest.raises(ConfigError, match=r"^prior_privacy: .*plain.keras carries no privacy statement"):
+        tfpriv.load_private(plain, LOSS, config, N, B)
+    fresh = tfpriv.load_private(plain, LOSS, config, N, B, prior_privacy="none")  # acknowledged: from zero
+    fresh.compile(optimizer="sgd")
+    assert fresh.epsilon() == 0.0
+    with pytest.raises(ConfigError, match=r"^prior_privacy: .*carries a privacy statement"):
+        tfpriv.load_private(path, LOSS, config, N, B, prior_privacy="none")
+    with pytest.raises(ConfigError, match=r"^prior_privacy: must be None or"):
+        tfpriv.load_private(path, LOSS, config, N, B, prior_privacy="public")
+
+
+def test_export_carries_the_privacy_statement_in_its_assets(tmp_path):
+    import json
+
+    dp_model, _, _, _ = _fit_and_save(tmp_path)
+    dp_model.export(str(tmp_path / "served"))
+    with open(tmp_path / "served" / "assets" / "privacy_statement.json") as f:
+        assert json.load(f) == dp_model.privacy_statement()
+    assert tf.saved_model.contains_saved_model(str(tmp_path / "served"))

@@ -130,6 +130,21 @@ def test_resumed_run_continues_its_epsilon(tmp_path, one_epoch_run):
     assert out["epsilon"] == pytest.approx(RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, 30)], 1e-3))
 
 
+def test_an_extended_run_whose_noise_multiplier_changes_says_so(tmp_path, capsys, one_epoch_run):
+    folder, first = _resume_copy(one_epoch_run, tmp_path), one_epoch_run[2]
+    second = vae()
+    target = first["epsilon"] + 1.0  # a larger target over 3 epochs: the noise is re-calibrated for 20 steps
+    p = plan(second, epochs=3, target_epsilon=target)
+    capsys.readouterr()
+    out = fit_private(second, data(), p, keras.optimizers.Adam(1e-3), str(folder), seed=1, verbose=0)
+    z = out["plan"].effective_noise_multiplier
+    assert z != pytest.approx(first["plan"].effective_noise_multiplier) and out["epsilon"] <= target
+    lines = [line for line in capsys.readouterr().out.splitlines() if "noise multiplier changes" in line]
+    assert lines == [f"noise multiplier changes: effective {first['plan'].effective_noise_multiplier:.4g} over the "
+                     f"10 steps taken, {z:.4g} from here (target_epsilon={target:g} re-calibrated for the remaining "
+                     "20 planned steps)"]
+
+
 def test_resume_restores_weights_and_optimizer(tmp_path, one_epoch_run):
     folder, saved = _resume_copy(one_epoch_run, tmp_path), one_epoch_run[1].get_weights()
     second = vae()

@@ -175,6 +175,29 @@ def test_random_search_releases_the_best_trial_alone(tmp_path):
     assert (tmp_path / "best" / "results.json").read_text() == open(best["results"]).read()
 
 
+def test_the_released_runs_privacy_statement_carries_the_jobs_budget(tmp_path):
+    from tfpriv.files import write_json
+    from tfpriv.privacy.statement import privacy_statement
+
+    statement = privacy_statement([(0.125, Z, 8)], tfpriv.DPConfig(aggregation="micro", noise_multiplier=Z), 1e-3)
+
+    def with_statement(values, trial_dir):
+        os.makedirs(os.path.join(trial_dir, "saved_model", "assets"))
+        write_json(os.path.join(trial_dir, "saved_model", "assets", "privacy_statement.json"), statement)
+        results = {**_scored(values, trial_dir), "privacy_statement": statement}
+        write_results(trial_dir, results)
+        return results
+
+    space = {"learning_rate": {"type": "float", "min": 0.1, "max": 0.9}}
+    job = TuningJob(with_statement, _event, space, objective=ACCURACY, trials=TrialCount("geometric", 3), delta=1e-3,
+                    seed=1)
+    released = job.run(str(tmp_path))
+    expected = {**statement, "tuning": released["privacy"]}  # the job's epsilon, no trial count
+    assert json.loads((tmp_path / "best" / "results.json").read_text())["privacy_statement"] == expected
+    assert json.loads((tmp_path / "best" / "saved_model" / "assets" / "privacy_statement.json").read_text()) == expected
+    assert "trials_run" not in expected["tuning"] and expected["tuning"]["epsilon"] > statement["epsilon"]["rdp"]
+
+
 def test_an_order_without_a_bound_is_left_out_not_fatal():
     """dp_accounting >= 0.6 gives inf at the orders where its series does not converge (excluding
     them); the other orders still bound one trial and the job."""

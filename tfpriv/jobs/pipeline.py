@@ -26,6 +26,7 @@ from tfpriv.errors import UsageError
 from tfpriv.jobs.job import registered
 from tfpriv.jobs.serving import export
 from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.statement import privacy_statement
 from tfpriv.run_folder import CHECKPOINTS_DIR, RESULTS_FILE, SAMPLES_FILE, SAMPLES_GRID_FILE
 from tfpriv.training.callbacks import StepProgressBar
 from tfpriv.training.distribute import training_scope
@@ -198,7 +199,8 @@ class TrainingRun:
 
     `run()`: check the privacy flags -> `validate()` -> `load()` -> `build(data)` -> plan (with
     the ledger of `train_dir`) -> `planned(plan)` -> `fit_private` (writes privacy_plan.json,
-    checkpoints, logs) -> `evaluate()` -> `export()` (saved_model/) -> results.json (`common_results` + `record()`).
+    checkpoints, logs) -> `evaluate()` -> `export()` (saved_model/, with the privacy statement) -> results.json
+    (`common_results` + `record()` + `privacy_statement`).
     After `build`, `self.data`, `self.built`, `self.plan` and `self.fit` hold what each step made.
     """
 
@@ -259,16 +261,25 @@ class TrainingRun:
             self.plan = self.fit["plan"]  # as trained: a re-run that took no step records the noise the run used
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
-        results["saved_model"] = self.export()
+        results["privacy_statement"] = run_privacy_statement(self.plan, self.built.model.ledger.segments(), results)
+        results["saved_model"] = self.export(results["privacy_statement"])
         return write_run_results(self.output_dir, results, self.fit)
 
-    def export(self) -> dict:
+    def export(self, statement: dict | None = None) -> dict:
         """OUTPUT_DIR/saved_model: the serving signatures of the trained model the run saved, as its
-        registered family (`tfpriv.jobs.job.Family`) loads and serves it."""
+        registered family (`tfpriv.jobs.job.Family`) loads and serves it, with the privacy `statement`."""
         family = registered().get(self.s.model)
         if family is None:
             raise UsageError(f"model: {self.s.model!r} is not a registered family (tfpriv.families.register)")
-        return export(self.output_dir, family)
+        return export(self.output_dir, family, statement=statement)
+
+
+def run_privacy_statement(plan_: PrivacyPlan, segments, results: dict) -> dict:
+    """The privacy statement of a run's trained model (`tfpriv.privacy.statement`) from its ledger's
+    segments; with the run's per-artefact `guarantees` and its `epsilon_caveat`, where it has them."""
+    extras = {key: results[key] for key in ("guarantees", "epsilon_caveat") if results.get(key)}
+    return privacy_statement(segments, plan_.config, plan_.delta, has_batch_terms=plan_.has_batch_terms,
+                             extras=extras)
 
 
 def _num_examples(arrays) -> int:

@@ -2,7 +2,9 @@
 
 The export is a plain `tf.Module` saved by `tf.saved_model.save`: loading it needs TensorFlow
 only (`tf.saved_model.load(path).signatures[name](**inputs)`), not tfpriv. Every signature
-returns a dict of tensors. Randomness is an explicit `seed` input (int64 scalar) drawn with
+returns a dict of tensors; `assets/privacy_statement.json` is the run's privacy statement
+(`tfpriv.privacy.statement`, the same as results.json's `privacy_statement`).
+Randomness is an explicit `seed` input (int64 scalar) drawn with
 stateless ops (`seed_pair`): the same inputs and seed give the same outputs, and the same as the
 in-process model (`tfpriv.load(run_dir)`), whose methods the signatures call.
 
@@ -14,6 +16,7 @@ half-written export is ever left.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -23,7 +26,8 @@ from typing import NamedTuple
 import tensorflow as tf
 from absl import logging as absl_logging
 
-from tfpriv.run_folder import SAVED_MODEL_DIR
+from tfpriv.privacy.statement import write_statement
+from tfpriv.run_folder import RESULTS_FILE, SAVED_MODEL_DIR
 
 N = tf.TensorSpec([], tf.int32, name="n")
 SEED = tf.TensorSpec([], tf.int64, name="seed")
@@ -77,8 +81,9 @@ def _quiet():
         absl_logging.set_verbosity(verbosity)
 
 
-def save_serving(serving: Serving, path: str) -> dict:
-    """Writes the SavedModel of `serving` to `path` (replaced atomically); returns `describe` of it."""
+def save_serving(serving: Serving, path: str, statement: dict | None = None) -> dict:
+    """Writes the SavedModel of `serving` to `path` (replaced atomically), with the privacy `statement`
+    (`tfpriv.privacy.statement`) in `assets/privacy_statement.json` if given; returns `describe` of it."""
     functions, variables = serving
     module = tf.Module()
     module.model_variables = list(variables)  # the only tracked state: the functions read these
@@ -92,6 +97,8 @@ def save_serving(serving: Serving, path: str) -> dict:
         with _quiet():
             tf.saved_model.save(module, tmp, signatures={name: fn.get_concrete_function()
                                                          for name, fn in functions.items()})
+        if statement is not None:
+            write_statement(tmp, statement)
         if os.path.exists(path):
             old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
             os.replace(path, os.path.join(old, "export"))
@@ -103,8 +110,19 @@ def save_serving(serving: Serving, path: str) -> dict:
     return describe(functions)
 
 
-def export(run_dir: str, family, path: str | None = None) -> dict:
+def export(run_dir: str, family, path: str | None = None, statement: dict | None = None) -> dict:
     """Exports the trained model of `run_dir` (`family.load`, its signatures `family.serving`) to
-    `path` (default `run_dir/saved_model`); returns {"path", "signatures"} for results.json."""
+    `path` (default `run_dir/saved_model`) with its privacy statement (`statement`, default the
+    `privacy_statement` of the run's results.json, if it has one); returns {"path", "signatures"}."""
     path = path or os.path.join(run_dir, SAVED_MODEL_DIR)
-    return {"path": path, "signatures": save_serving(family.serving(family.load(run_dir)), path)}
+    statement = statement if statement is not None else run_statement(run_dir)
+    return {"path": path, "signatures": save_serving(family.serving(family.load(run_dir)), path, statement)}
+
+
+def run_statement(run_dir: str) -> dict | None:
+    """The privacy statement recorded in `run_dir/results.json`, or None (none recorded, no results.json)."""
+    try:
+        with open(os.path.join(run_dir, RESULTS_FILE)) as f:
+            return json.load(f).get("privacy_statement")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -14,14 +14,17 @@ class PrivacyCallback(keras.callbacks.Callback):
     """Adds `epsilon` to each epoch's logs and stops before a step would exceed `max_epsilon`.
 
     The steps still allowed are those of the ledger's current segment (its sampling scheme, rate
-    and noise: `PrivacyLedger.begin`), computed when the callback is made. Put it before
-    TensorBoard/CSV callbacks so they see the epsilon it adds.
+    and noise: `PrivacyLedger.begin`), computed when the callback is made. A stop is said in one
+    line at every verbosity (`announce`; the CLI prints its own), naming `budget_name`, the
+    parameter the budget came from. Put it before TensorBoard/CSV callbacks so they see the
+    epsilon it adds.
     """
 
     def __init__(self, ledger: PrivacyLedger, delta: float, max_epsilon: float | None = None,
-                 accountant: Accountant = RDP, announce: bool = True):
+                 accountant: Accountant = RDP, announce: bool = True, budget_name: str = "max_epsilon"):
         super().__init__()
         self.announce = announce  # print `stopped_message` after a budget stop (the CLI prints its own)
+        self.budget_name = budget_name
         self.ledger, self.delta, self.accountant = ledger, delta, accountant
         self.max_epsilon = max_epsilon
         # Steps this run may still take: computed from the (possibly resumed) ledger.
@@ -51,8 +54,8 @@ class PrivacyCallback(keras.callbacks.Callback):
             logs["epsilon"] = loggable(self.ledger.epsilon(self.delta, self.accountant))
 
     def on_train_end(self, logs=None):
-        if self.budget_reached and self.announce and self.params.get("verbose", 1) != 0:
-            print(self.stopped_message())
+        if self.budget_reached and self.announce:
+            print(self.stopped_message(), flush=True)
 
     def _spent(self) -> str:
         steps = self.ledger.total_steps
@@ -63,13 +66,14 @@ class PrivacyCallback(keras.callbacks.Callback):
         """Why no step may be taken: the budget, what one more step would spend, what was spent."""
         next_eps = self.accountant.epsilon(self.ledger.segments(extra_steps=1), self.delta)
         q, noise, scheme = self.ledger.record.current[:3]
-        return (f"max_epsilon={self.max_epsilon:g}: no further step fits in the budget: one more step would reach "
-                f"epsilon = {next_eps:.4g} ({scheme} batches, sampling rate {q:.4g}, noise multiplier {noise:.4g}); "
-                f"spent so far: {self._spent()}. Raise max_epsilon or the noise multiplier")
+        return (f"{self.budget_name}={self.max_epsilon:g}: no further step fits in the budget: one more step would "
+                f"reach epsilon = {next_eps:.4g} ({scheme} batches, sampling rate {q:.4g}, noise multiplier {noise:.4g}); "
+                f"spent so far: {self._spent()}. Raise {self.budget_name} or the noise multiplier")
 
     def stopped_message(self) -> str:
         """The line printed when training stopped at the budget."""
-        return f"stopped at max_epsilon={self.max_epsilon:g}: {self._spent()}; one more step would exceed the budget"
+        return (f"stopped at {self.budget_name}={self.max_epsilon:g}: {self._spent()}; one more step would exceed "
+                "the budget")
 
 
 def loggable(epsilon: float) -> float:

@@ -52,6 +52,7 @@ class DPTraining:
     `DPModel` (Keras 2) and, for a Keras 3 model, `tfpriv.training.keras3`'s classes."""
 
     keras_module = keras  # the Keras of the model class: its metrics and progress bar
+    budget_name = "max_epsilon"  # the parameter the budget came from (`make_private`: "target_epsilon")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -254,7 +255,8 @@ class DPTraining:
             self._begin_segment(tag or sampled_by(x), sampling, first)
         callbacks = list(callbacks or [])
         if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
-            callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.max_epsilon, self.accountant))
+            callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.max_epsilon, self.accountant,
+                                                budget_name=self.budget_name))
         if verbose != 0 and not any(isinstance(c, self.keras_module.callbacks.ProgbarLogger) for c in callbacks):
             # After the privacy callback, so the progress bar's epoch line shows epsilon.
             callbacks.append(self.progress_bar())
@@ -348,7 +350,7 @@ class DPTraining:
                 self.prepare(_peek(x, y)[1])
             if self.max_epsilon is not None and self.ledger.steps_within(self.max_epsilon, self.delta,
                                                                           self.accountant) < 1:
-                raise BudgetExhausted(f"train_on_batch: max_epsilon={self.max_epsilon:g}: one more step on a fixed "
+                raise BudgetExhausted(f"train_on_batch: {self.budget_name}={self.max_epsilon:g}: one more step on a fixed "
                                       f"batch would exceed the budget (spent: epsilon = {self.epsilon():.4g})")
         return super().train_on_batch(x, y, *args, **kwargs)
 

@@ -5,7 +5,8 @@
                                    num_examples=len(x_train), batch_size=64, delta=1e-5)
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
     history = dp_model.fit(x_train, y_train, epochs=2)    # history.history["epsilon"]
-    dp_model.save("m.keras")                              # saves keras_model itself
+    dp_model.save("m.keras")                              # keras_model itself, with its privacy statement
+    dp_model = tfpriv.load_private("m.keras", ...)        # continue training: epsilon continues
 
 A Keras 3 model (`import keras`) gets a Keras 3 model back (`tfpriv.training.keras3`).
 `loss` is a Keras loss name, a `keras.losses.Loss` (any reduction: a copy with reduction "none"
@@ -17,9 +18,15 @@ one backward pass for Dense and Conv layers.
 """
 from __future__ import annotations
 
-from tfpriv.compat import is_keras3, keras
+import json
+import os
+import zipfile
+
+from tfpriv.compat import is_keras3, keras, keras3
 from tfpriv.errors import ConfigError
+from tfpriv.privacy.accounting import PrivacyLedger, Segment
 from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy.statement import read_statement, statement_segments
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.training.dp_model import DPModel
 from tfpriv.training.private_training import LossLike, PrivateTraining
@@ -48,9 +55,12 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
 
     `model` is a Keras 2 (tf-keras) or a Keras 3 (`import keras`) model; the result is a model of the
     same Keras (`PrivateModel`, or `tfpriv.training.keras3.PrivateModel`) trained by the same engine.
+    Its ledger starts at zero: to continue training a model a private model saved, use `load_private`.
 
     With `target_epsilon` (and `epochs`) the noise multiplier is calibrated by the RDP accountant
-    for that many epochs of Poisson-sampled steps instead of taken from `config`.
+    for that many epochs of Poisson-sampled steps instead of taken from `config`, and the target is
+    the budget: `fit` stops before a step would exceed it (or `max_epsilon`, if smaller), however
+    many epochs it is asked for, and says so in one line.
 
     Example:
         >>> import numpy as np
@@ -67,6 +77,69 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
         >>> history.history["epsilon"][-1] <= 2.0
         True
     """
+    return _private(model, loss, config, num_examples, batch_size, delta, max_epsilon, target_epsilon, epochs, [])
+
+
+def load_private(filepath: str, loss: LossLike, config: DPConfig, num_examples: int, batch_size: int,
+                 delta: float | None = None, max_epsilon: float | None = None, target_epsilon: float | None = None,
+                 epochs: int | None = None, prior_privacy: str | None = None,
+                 custom_objects: dict | None = None) -> PrivateTraining:
+    """The model a private model saved to `filepath` (`.keras`), wrapped as `make_private` wraps one, its
+    ledger continuing the one in the file's privacy statement: epsilon counts every step since the start.
+
+    A file without a statement (saved by plain Keras) holds weights whose privacy cost is unknown:
+    it is refused unless `prior_privacy="none"` says they were never trained on private data (the
+    ledger then starts at zero). `delta` defaults to the statement's. With `target_epsilon`, `epochs`
+    counts every epoch since the start (as a resumed run does) and the noise is calibrated for the
+    remaining steps; a noise multiplier that changes so is said in one line. Other arguments: `make_private`'s.
+
+    Example:
+        dp_model.save("m.keras")                              # a make_private model, after some fit
+        dp_model = tfpriv.load_private("m.keras", loss, config, num_examples=len(x), batch_size=64)
+        dp_model.compile("adam")
+        dp_model.fit(x, y, epochs=1)                          # epsilon continues from the saved ledger
+    """
+    if prior_privacy not in (None, "none"):
+        raise ConfigError(f"prior_privacy: must be None or \"none\" (the weights never saw private data), "
+                          f"got {prior_privacy!r}")
+    if not os.path.exists(filepath):
+        raise ConfigError(f"filepath: {filepath} does not exist")
+    statement = read_statement(filepath)
+    known = statement is not None and statement.get("private")
+    if not known and prior_privacy is None:
+        what = "carries no privacy statement" if statement is None else "was trained without differential privacy"
+        raise ConfigError(f"prior_privacy: {filepath} {what}, so what its weights already cost is unknown; give "
+                          "prior_privacy=\"none\" if they were never trained on private data (epsilon then counts "
+                          "from zero), or load the .keras file a private model's save wrote")
+    if known and prior_privacy is not None:
+        raise ConfigError(f"prior_privacy: {filepath} carries a privacy statement (epsilon "
+                          f"{statement['epsilon']} at delta = {statement['delta']:g}), which the ledger continues; "
+                          "give no prior_privacy")
+    history = statement_segments(statement) if known else []
+    if known and delta is None:
+        delta = statement["delta"]
+    model = _keras_of_file(filepath).models.load_model(filepath, compile=False, custom_objects=custom_objects)
+    return _private(model, loss, config, num_examples, batch_size, delta, max_epsilon, target_epsilon, epochs, history)
+
+
+def _keras_of_file(filepath: str):
+    """The Keras that wrote the `.keras` file (its metadata.json's keras_version): Keras 3 or Keras 2."""
+    version = ""
+    if zipfile.is_zipfile(filepath):
+        with zipfile.ZipFile(filepath) as archive:
+            if "metadata.json" in archive.namelist():
+                version = str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
+    if not version.startswith("3."):
+        return keras
+    if keras3() is None:
+        raise ConfigError(f"filepath: {filepath} was saved by Keras {version}; import keras before loading it")
+    return keras3()
+
+
+def _private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int, batch_size: int,
+             delta: float | None, max_epsilon: float | None, target_epsilon: float | None, epochs: int | None,
+             history: list[Segment]) -> PrivateTraining:
+    """`make_private` of a model whose ledger already holds `history`."""
     from tfpriv.training.runner import plan_privacy
     if not config.private:
         raise ConfigError(f"config.aggregation: make_private needs a private mode, got {config.aggregation!r}")
@@ -75,8 +148,23 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
     if (target_epsilon is None) != (epochs is None):
         raise ConfigError("target_epsilon, epochs: give both (to calibrate the noise) or neither")
     plan = plan_privacy(config, TermSpec(sample=("loss",)), num_examples, batch_size, epochs or 1,
-                        delta=delta, target_epsilon=target_epsilon, max_epsilon=max_epsilon)
+                        delta=delta, target_epsilon=target_epsilon, max_epsilon=max_epsilon, history=history)
+    change = plan.noise_change()
+    if change:
+        print(change, flush=True)
+    # A target the user gave is a budget, as max_epsilon is: the smaller of the two stops training.
+    budget, name = max_epsilon, "max_epsilon"
+    if target_epsilon is not None and (max_epsilon is None or target_epsilon < max_epsilon):
+        budget, name = target_epsilon, "target_epsilon"
     private_class = PrivateModel
     if is_keras3(model):  # a model of `import keras` gets a model of the same Keras
         from tfpriv.training.keras3 import PrivateModel as private_class
-    return private_class(model, loss, plan.config, num_examples, plan.delta, max_epsilon)
+    dp_model = private_class(model, loss, plan.config, num_examples, plan.delta, budget)
+    dp_model.budget_name = name
+    if history:
+        ledger = PrivacyLedger()
+        for q, noise, steps in history:  # each saved segment, in order; compile begins the next one
+            ledger.begin(q, noise)
+            ledger.steps.assign(steps)
+        object.__setattr__(dp_model, "ledger", ledger)  # not tracked by Keras, as compile's own ledger
+    return dp_model

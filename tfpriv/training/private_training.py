@@ -15,6 +15,7 @@ from tfpriv.compat import keras, keras_classes, keras_modules
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import finite_examples
+from tfpriv.privacy.statement import privacy_statement, write_statement
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPTraining
 from tfpriv.training.screening import EmbeddingScreen, all_valid, class_labels, index_targets
@@ -26,6 +27,7 @@ LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
 class PrivateTraining(DPTraining):
     """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y). Mixed into
     `PrivateModel` (Keras 2) and `tfpriv.training.keras3.PrivateModel` (Keras 3)."""
+
 
     def __init__(self, model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
@@ -148,13 +150,27 @@ class PrivateTraining(DPTraining):
                 ok &= v
         return tf.nest.map_structure(lambda t: tf.boolean_mask(t, ok), (y, y_pred))
 
+    def privacy_statement(self) -> dict:
+        """What training has spent so far (`tfpriv.privacy.statement`): `save` and `export` put it in the file."""
+        ledger = getattr(self, "ledger", None)
+        return privacy_statement(ledger.segments() if ledger is not None else [], self._privacy["dp"],
+                                 self._privacy["delta"], has_batch_terms=self.term_spec().has_batch_terms)
+
     def save(self, filepath, *args, **kwargs):
-        """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it)."""
-        return self.model.save(filepath, *args, **kwargs)
+        """Saves the wrapped Keras model (what was trained; `keras.models.load_model` reads it) with its
+        privacy statement (in a `.keras` file: the member `privacy_statement.json`; in a SavedModel
+        folder: `assets/privacy_statement.json`; in HDF5: the root attribute `tfpriv_privacy_statement`),
+        from which `tfpriv.load_private` continues the ledger."""
+        out = self.model.save(filepath, *args, **kwargs)
+        write_statement(str(filepath), self.privacy_statement())
+        return out
 
     def export(self, filepath, *args, **kwargs):
-        """Exports the wrapped Keras model as a SavedModel for serving (Keras' `Model.export`)."""
-        return self.model.export(filepath, *args, **kwargs)
+        """Exports the wrapped Keras model as a SavedModel for serving (Keras' `Model.export`), its
+        privacy statement in `assets/privacy_statement.json`."""
+        out = self.model.export(filepath, *args, **kwargs)
+        write_statement(str(filepath), self.privacy_statement())
+        return out
 
 
 def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss, bool]:

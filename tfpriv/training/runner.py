@@ -68,6 +68,7 @@ class PrivacyPlan:
     history: tuple[Segment, ...] = ()  # the ledger of the run this plan continues (what the accountant composes)
     accountant: Accountant = RDP  # how epsilon is computed from the events
     steps_taken: int = 0  # the private steps of that ledger
+    last_noise: float | None = None  # the effective noise multiplier of its last segment with steps
 
     @property
     def effective_noise_multiplier(self) -> float:
@@ -84,6 +85,20 @@ class PrivacyPlan:
         rest = mechanisms(scheme, self.sampling_rate, self.effective_noise_multiplier,
                           max(0, self.planned_steps - self.steps_taken), self.steps_per_epoch, self.steps_taken)
         return [*self.history, rest]
+
+    def noise_change(self) -> str | None:
+        """One line when this plan continues a ledger whose last segment had another effective noise
+        multiplier (a target epsilon re-calibrated over a longer or shorter run), else None."""
+        if not (self.config.private and self.history and self.last_noise is not None):
+            return None
+        before, now = self.last_noise, self.effective_noise_multiplier
+        if math.isclose(before, now, rel_tol=1e-9):
+            return None
+        remaining = self.planned_steps - self.steps_taken
+        why = (f" (target_epsilon={self.target_epsilon:g} re-calibrated for the remaining {remaining} planned steps)"
+               if self.target_epsilon is not None and remaining > 0 else "")
+        return (f"noise multiplier changes: effective {before:.4g} over the {self.steps_taken} steps taken, "
+                f"{now:.4g} from here{why}")
 
     def summary(self) -> dict:
         cfg = self.config
@@ -174,7 +189,7 @@ def continue_plan(plan: PrivacyPlan, history: PrivacyLedger | Sequence[Segment])
         used = [z for _, z, n in history if int(n) > 0]
         steps_taken = sum(int(n) for _, _, n in history)
     history = tuple((float(q), float(z), int(n)) for q, z, n in history if int(n) > 0)
-    plan = dataclasses.replace(plan, history=history, steps_taken=steps_taken)
+    plan = dataclasses.replace(plan, history=history, steps_taken=steps_taken, last_noise=used[-1] if used else None)
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
     if config.private and history and remaining <= 0:  # a re-run of a finished run: no step left to plan
@@ -385,6 +400,9 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     history = {}
     start = time.time()
     if initial_epoch < plan.epochs and not (privacy and privacy.allowed == 0):
+        change = plan.noise_change()
+        if change:  # at every verbosity: the continued run spends per step not what it spent before
+            print(change, flush=True)
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}

@@ -55,9 +55,10 @@ from keras_tuner.src.distribute import utils as dist_utils
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
 from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP
+from tfpriv.privacy.statement import write_statement
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
-from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, TRIALS_DIR, TUNING_CONSOLE_FILE, TUNING_FILE,
-                               TUNING_PLAN_FILE, TUNING_TRIAL_FILE)
+from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, SAVED_MODEL_DIR, TRIALS_DIR, TUNING_CONSOLE_FILE,
+                               TUNING_FILE, TUNING_PLAN_FILE, TUNING_TRIAL_FILE)
 from tfpriv.training.best_run import copy_best_run
 from tfpriv.training.console import console_to
 
@@ -409,6 +410,8 @@ class TuningJob:
             released = {"values": best["values"], "objective": best["objective"], "run": BEST_DIR}
         if self.tuner == "random":
             privacy = {k: v for k, v in privacy.items() if k not in COUNT_KEYS}
+        if best is not None:
+            add_tuning_to_statement(best_dir, privacy)
         covered = ("not covered by epsilon, which is for the best trial alone: keep it private"
                    if self.tuner == "random" else "epsilon (composition over the trials) covers every trial's model")
         result = {**common, "best": released, "privacy": privacy,
@@ -416,6 +419,22 @@ class TuningJob:
                              f"{covered}"}
         write_json(os.path.join(output_dir, TUNING_FILE), result)
         return result
+
+
+def add_tuning_to_statement(run_dir: str, privacy: dict) -> None:
+    """Puts the tuning job's budget (`privacy`, as tuning.json releases it) into the privacy statement
+    of the released run `run_dir`: its results.json's `privacy_statement` and `saved_model/`'s copy."""
+    path = os.path.join(run_dir, RESULTS_FILE)
+    if not os.path.isfile(path):  # a trial function that writes no results.json
+        return
+    with open(path) as f:
+        record = json.load(f)
+    if record.get("privacy_statement") is None:  # a run that records no statement
+        return
+    statement = {**record["privacy_statement"], "tuning": privacy}
+    write_json(path, {**record, "privacy_statement": statement}, sort_keys=True)
+    if os.path.isdir(os.path.join(run_dir, SAVED_MODEL_DIR)):
+        write_statement(os.path.join(run_dir, SAVED_MODEL_DIR), statement)
 
 
 def serve(oracle: kt.Oracle, poll_seconds: float = 0.2) -> None:
