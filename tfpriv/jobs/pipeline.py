@@ -261,7 +261,7 @@ class TrainingRun:
             self.plan = self.fit["plan"]  # as trained: a re-run that took no step records the noise the run used
         metrics = self.evaluate()
         results = {**common_results(self.s, self.plan, self.fit, metrics), **self.record()}
-        results["privacy_statement"] = run_privacy_statement(self.plan, self.built.model.ledger.segments(), results)
+        results["privacy_statement"] = run_privacy_statement(self.plan, self.built.model.ledger.raw_segments(), results)
         results["saved_model"] = self.export(results["privacy_statement"])
         return write_run_results(self.output_dir, results, self.fit)
 

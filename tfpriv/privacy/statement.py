@@ -72,16 +72,22 @@ def _number(value: float) -> float | str:
     return value if math.isfinite(value) else "inf"
 
 
-def privacy_statement(segments: Sequence[Segment], config: DPConfig, delta: float | None,
+def privacy_statement(segments: Sequence[Segment] | Sequence[Mapping], config: DPConfig, delta: float | None,
                       accountants: Sequence[str] = ("rdp", "pld"), has_batch_terms: bool = False,
                       extras: Mapping[str, Any] | None = None) -> dict:
-    """The statement of a model trained under `config` whose ledger holds `segments`.
+    """The statement of a model trained under `config` whose ledger holds `segments`: the ledger's
+    `raw_segments()` (each with its sampling scheme and the events it is accounted as), or
+    (sampling rate, effective noise multiplier, steps) tuples of Poisson steps.
 
     `delta`: the delta epsilon is stated at; `accountants`: dp_accounting's methods epsilon is
     given by (`get_accountant` names); `extras`: further keys (e.g. `tuning`: a tuning job's budget).
     A model trained without DP gets `private: false` and no epsilon.
     """
-    segments = [(float(q), float(z), int(n)) for q, z, n in segments if int(n) > 0]
+    rows = [dict(r) if isinstance(r, Mapping) else
+            {"scheme": "poisson", "sampling_rate": r[0], "noise_multiplier": r[1], "steps": r[2],
+             "accounted_as": [r[0], r[1], r[2]]} for r in segments]
+    rows = [r for r in rows if int(r["steps"]) > 0]
+    segments = [(float(q), float(z), int(n)) for q, z, n in (r["accounted_as"] for r in rows)]
     out: dict[str, Any] = {"format": FORMAT, "tfpriv_version": tfpriv.__version__, "private": config.private,
                            "aggregation": config.aggregation}
     if config.private:
@@ -94,13 +100,16 @@ def privacy_statement(segments: Sequence[Segment], config: DPConfig, delta: floa
                 epsilon[name] = f"not computed: {exc}"
         out.update({
             "adjacency": ADJACENCY,
-            "sampling": "poisson",
+            "sampling": "+".join(dict.fromkeys(r["scheme"] for r in rows)) or "poisson",
             "l2_norm_clip": config.l2_norm_clip,
             "noise_multiplier": config.noise_multiplier,
             "effective_noise_multiplier": config.effective_noise_multiplier(has_batch_terms),
-            "steps": sum(n for _, _, n in segments),
-            # every (sampling rate, effective noise multiplier, steps) the model was trained with, in order
-            "segments": [{"sampling_rate": q, "effective_noise_multiplier": z, "steps": n} for q, z, n in segments],
+            "steps": sum(int(r["steps"]) for r in rows),
+            # every segment the model was trained with, in order: its sampling scheme, rate, effective noise
+            # multiplier and steps, and the (rate, noise multiplier, count) of the events it is accounted as
+            "segments": [{"scheme": r["scheme"], "sampling_rate": r["sampling_rate"],
+                          "effective_noise_multiplier": r["noise_multiplier"], "steps": int(r["steps"]),
+                          "accounted_as": list(r["accounted_as"])} for r in rows],
             "delta": delta,
             "epsilon": epsilon,
             "dp_event": event_to_json(event),
@@ -113,7 +122,8 @@ def privacy_statement(segments: Sequence[Segment], config: DPConfig, delta: floa
 
 def statement_segments(statement: Mapping) -> list[Segment]:
     """The ledger segments a statement records (what a continued training composes with)."""
-    return [(float(s["sampling_rate"]), float(s["effective_noise_multiplier"]), int(s["steps"]))
+    return [tuple(map(float, s["accounted_as"][:2])) + (int(s["accounted_as"][2]),) if "accounted_as" in s else
+            (float(s["sampling_rate"]), float(s["effective_noise_multiplier"]), int(s["steps"]))
             for s in statement.get("segments", [])]
 
 

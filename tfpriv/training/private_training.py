@@ -153,7 +153,7 @@ class PrivateTraining(DPTraining):
     def privacy_statement(self) -> dict:
         """What training has spent so far (`tfpriv.privacy.statement`): `save` and `export` put it in the file."""
         ledger = getattr(self, "ledger", None)
-        return privacy_statement(ledger.segments() if ledger is not None else [], self._privacy["dp"],
+        return privacy_statement(ledger.raw_segments() if ledger is not None else [], self._privacy["dp"],
                                  self._privacy["delta"], has_batch_terms=self.term_spec().has_batch_terms)
 
     def save(self, filepath, *args, **kwargs):
