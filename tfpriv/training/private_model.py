@@ -1,6 +1,6 @@
 """`make_private`: DP-SGD for a user's own Keras model in one call (cf. Opacus' `make_private`).
 
-    dp_model = tfpriv.make_private(keras_model, loss="sparse_categorical_crossentropy",
+    dp_model = tfpriv.make_private(keras_model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                                    config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
                                    num_examples=len(x_train), batch_size=64, delta=1e-5)
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
@@ -33,7 +33,7 @@ class PrivateModel(PrivateTraining, DPModel):
         >>> import tfpriv
         >>> from tfpriv.compat import keras
         >>> model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)])
-        >>> dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy",
+        >>> dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         ...                                tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
         ...                                num_examples=256, batch_size=32, delta=1e-3)
         >>> isinstance(dp_model, tfpriv.PrivateModel), dp_model.model is model

@@ -6,6 +6,7 @@ ids dropped), mixed into Keras 2's `tfpriv.training.private_model.PrivateModel` 
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Callable, Union
 
 import numpy as np
@@ -67,6 +68,15 @@ class PrivateTraining(DPTraining):
         object.__setattr__(self, "_output_shape", y_pred.shape if isinstance(y_pred, tf.Tensor) else None)
         y, _ = class_labels(y, self._output_shape, self.sparse_loss)  # a dropped example's label made harmless
         return LossTerms({"loss": _per_example(self.per_example_loss(y, y_pred))})
+
+    def build_extra(self, sample_batch) -> None:
+        """Warns in one line when a probability loss gets logits (`logits_warning`), read on the
+        public batch `prepare` passes: no record decides whether the line is printed."""
+        kind = probability_loss(self.per_example_loss)
+        y_pred = self.model(_unpack(sample_batch)[0], training=False) if kind else None
+        line = logits_warning(kind, y_pred) if isinstance(y_pred, tf.Tensor) else None
+        if line:
+            print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
 
     def step_logs(self, logs: dict) -> dict:
         return logs
@@ -146,6 +156,42 @@ def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss
         raise ConfigError(f"loss: expected a Keras loss name, a keras.losses.Loss or a function, "
                           f"got {type(loss).__name__}")
     return loss, any(loss is m.losses.sparse_categorical_crossentropy for m in keras_modules())
+
+
+# Keras' crossentropies that read probabilities unless given from_logits=True: what their rows must be.
+PROBABILITY_LOSSES = {"sparse_categorical_crossentropy": "categorical", "categorical_crossentropy": "categorical",
+                      "binary_crossentropy": "binary"}
+PROBABILITY_LOSS_CLASSES = {"SparseCategoricalCrossentropy": "categorical", "CategoricalCrossentropy": "categorical",
+                            "BinaryCrossentropy": "binary"}
+
+
+def probability_loss(loss: LossLike) -> str | None:
+    """"categorical" or "binary" when `loss` (as `per_example_loss` returns it) reads probabilities:
+    a Keras crossentropy function, or loss object without from_logits=True. None otherwise."""
+    for module in keras_modules():
+        for name, kind in PROBABILITY_LOSSES.items():
+            if loss is getattr(module.losses, name, None):
+                return kind
+    for name, kind in PROBABILITY_LOSS_CLASSES.items():
+        if isinstance(loss, keras_classes(f"losses.{name}")) and not loss.get_config().get("from_logits"):
+            return kind
+    return None
+
+
+def logits_warning(kind: str, y_pred) -> str | None:
+    """The warning when predictions given to a probability loss of `kind` look like logits (Keras'
+    heuristic: a value outside [0, 1], or categorical rows not summing to 1), else None. A
+    probability loss on logits trains to chance (issue 50: 0.06-0.08 accuracy instead of 0.6)."""
+    p = np.asarray(y_pred, dtype=np.float64)
+    logits = p.size > 0 and (p.min() < 0 or p.max() > 1)
+    if kind == "categorical" and p.ndim and p.shape[-1] > 1:
+        logits = logits or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-3)
+    if not logits:
+        return None
+    example = "SparseCategoricalCrossentropy" if kind == "categorical" else "BinaryCrossentropy"
+    return (f"loss: reads probabilities, but the model's outputs look like logits (outside [0, 1]"
+            f"{' or not summing to 1' if kind == 'categorical' else ''}); if the last layer has no "
+            f"{'softmax' if kind == 'categorical' else 'sigmoid'}, pass loss=keras.losses.{example}(from_logits=True)")
 
 
 def class_labels(y, y_pred_shape: tf.TensorShape | None, sparse: bool) -> tuple[tf.Tensor, tf.Tensor | None]:
