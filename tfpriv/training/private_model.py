@@ -68,6 +68,7 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
         True
     """
     from tfpriv.training.runner import plan_privacy
+    refuse_mixed_precision(model)
     if not config.private:
         raise ConfigError(f"config.aggregation: make_private needs a private mode, got {config.aggregation!r}")
     if config.aggregation not in ("micro", "termwise"):
@@ -80,3 +81,22 @@ def make_private(model: keras.Model, loss: LossLike, config: DPConfig, num_examp
     if is_keras3(model):  # a model of `import keras` gets a model of the same Keras
         from tfpriv.training.keras3 import PrivateModel as private_class
     return private_class(model, loss, plan.config, num_examples, plan.delta, max_epsilon)
+
+
+def refuse_mixed_precision(model: keras.Model) -> None:
+    """Raises ConfigError naming `model` when a layer computes in float16 or bfloat16 (a mixed-precision
+    dtype policy, e.g. from `keras.mixed_precision.set_global_policy("mixed_float16")`).
+
+    The engine's per-example norms, clip factors, sums and noise are written for the float32
+    gradients of a float32 model; a half-precision forward pass crashed `fit` (float32 + float16).
+    Supporting it would need every DP quantity cast to float32 and a sensitivity test per policy.
+    """
+    half = [layer for layer in model._flatten_layers() if str(layer.compute_dtype) in ("float16", "bfloat16")]
+    if half:
+        # Named: the first layer with weights of its own (not a model holding them).
+        layer = next((layer for layer in half if layer.weights and not list(layer._flatten_layers(include_self=False))),
+                     half[0])
+        policy = getattr(layer.dtype_policy, "name", layer.compute_dtype)
+        raise ConfigError(f"model: layer {layer.name!r} computes in {layer.compute_dtype} (dtype policy {policy!r}); "
+                          "make_private needs float32: build the model after "
+                          "keras.mixed_precision.set_global_policy(\"float32\")")
