@@ -5,6 +5,7 @@ import pytest
 
 import tfpriv
 from tfpriv.compat import keras as keras2, keras3
+from tfpriv.errors import ConfigError
 
 KERASES = [pytest.param(keras2, id="keras2")]
 if keras3() is not None:
@@ -75,3 +76,18 @@ def test_a_probability_loss_on_logits_is_warned_once_in_one_line(keras, case, ca
                           f"loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)"]
     else:
         assert warned == []
+
+
+@pytest.mark.parametrize("keras", KERASES)
+def test_jit_compile_is_refused_at_compile_in_one_line(keras):
+    """`fit` failed with a multi-line InvalidArgumentError (XLA cannot compile the step's ScatterNd)."""
+    model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)])
+    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0)
+    dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), config,
+                                   num_examples=32, batch_size=8, delta=1e-3)
+    with pytest.raises(ConfigError, match=r"^jit_compile: True is not supported: XLA cannot compile the private "
+                                          r"training step \(its ScatterNd\), and on CPU it was slower; leave "
+                                          r"jit_compile out \(or False\)$"):
+        dp_model.compile("sgd", jit_compile=True)
+    dp_model.compile("sgd", jit_compile="auto" if keras is not keras2 else False)  # no XLA: accepted
+    assert not dp_model.jit_compile
