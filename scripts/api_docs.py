@@ -23,6 +23,16 @@ def public_names(module: ModuleType) -> list[str]:
     return [name for name in module.__all__ if not name.startswith("__")]
 
 
+def require_pdoc() -> None:
+    """Exits with one line naming requirements-docs.txt (code 2) when pdoc is not installed, before
+    TensorFlow is imported; the traceback of a failed `import pdoc` did not say what to install."""
+    try:
+        import pdoc  # noqa: F401
+    except ImportError:
+        print("error: pdoc is not installed: pip install -r requirements-docs.txt", file=sys.stderr)
+        sys.exit(2)
+
+
 def build(out_dir: str) -> None:
     """Writes the HTML reference to `out_dir`; raises RuntimeError listing pdoc's warnings, if any."""
     import pdoc
@@ -46,6 +56,7 @@ def build(out_dir: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python scripts/api_docs.py OUT_DIR")
+    require_pdoc()
     try:
         build(sys.argv[1])
     except RuntimeError as exc:

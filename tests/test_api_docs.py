@@ -3,6 +3,9 @@ has a docstring with an example (a Google-style `Example:` section or a `>>>` do
 import importlib
 import importlib.util
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -37,3 +40,17 @@ def test_every_public_class_and_function_has_a_docstring_with_an_example(module_
         if (inspect.isclass(obj) or inspect.isfunction(obj)) and not has_example(obj.__doc__):
             missing.append(name)
     assert not missing, f"{module_name}: no docstring with an example: {', '.join(missing)}"
+
+
+def test_without_pdoc_the_script_says_what_to_install_in_one_line(tmp_path):
+    """`bash scripts/api_docs.sh` with a `python` that has no pdoc (was an ImportError traceback)."""
+    shim = tmp_path / "python"
+    no_pdoc = "import runpy, sys; sys.modules['pdoc'] = None; sys.argv = sys.argv[1:]; " \
+              "runpy.run_path(sys.argv[0], run_name='__main__')"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{no_pdoc}" "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "api_docs.sh"), str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "error: pdoc is not installed: pip install -r requirements-docs.txt\n"

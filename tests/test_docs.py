@@ -1,8 +1,11 @@
 """Every Python block in README.md and docs/*.md runs as written (issue 32 item 13).
 
-The blocks of one file run in order in one fresh Python process (a later block uses the names
-an earlier one defined, as a reader would), in a temporary folder, after the file's setup: the
-run folders its blocks load. The user guide's `runs/fm` is a real (one-epoch, digits) `train.py`
+The files run in the README's reading order (README.md, the documents its Documentation list
+links, in that order, then any other), all in one temporary folder, as one reader working in one
+folder would run them: a run folder one document writes must not clash with another's (issue 50
+item 5: README's and the guide's synthesizer both saved to runs/synth). The blocks of one file run
+in order in one fresh Python process (a later block uses the names an earlier one defined, as a
+reader would), after the file's setup: the run folders its blocks load. The user guide's `runs/fm` is a real (one-epoch, digits) `train.py`
 run; `runs/gan` and `runs/filter` are untrained models saved in a run's layout, since training
 them takes minutes and the blocks only load and sample them. A block fenced ```python no-run
 is illustrative and skipped.
@@ -18,7 +21,17 @@ import pytest
 from tests.cli.helpers import train_py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", *sorted(f"docs/{name}" for name in os.listdir(os.path.join(REPO, "docs")) if name.endswith(".md"))]
+
+
+def reading_order() -> list[str]:
+    """README.md, the docs/*.md its "Documentation" section links (in that order), then the other docs/*.md."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    linked = re.findall(r"\]\((docs/[^)#]+\.md)", readme.split("\n## Documentation\n", 1)[1])
+    every = sorted(f"docs/{name}" for name in os.listdir(os.path.join(REPO, "docs")) if name.endswith(".md"))
+    return ["README.md", *dict.fromkeys(d for d in linked if d in every), *[d for d in every if d not in linked]]
+
+
+DOCS = reading_order()
 FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 
 # The run folders a file's blocks load, made before its blocks run (train.py command lines, run
@@ -80,17 +93,28 @@ def test_blocks_are_found_with_their_lines_and_no_run_is_skipped():
     assert blocks[0]["code"].strip() == "x = 1" and blocks[0]["code"].count("\n") == 3
 
 
-@pytest.mark.parametrize("name", [n for n in DOCS if python_blocks(open(os.path.join(REPO, n)).read(), n)])
-def test_every_python_block_runs_as_written(name, tmp_path, data_dir, capsys, monkeypatch):
+def test_the_reading_order_is_the_readmes():
+    assert DOCS[:5] == ["README.md", "docs/guide.md", "docs/privacy.md", "docs/ARCHITECTURE.md", "docs/audit.md"]
+    assert sorted(DOCS[5:]) == DOCS[5:] and len(DOCS) == len(set(DOCS))
+
+
+def test_every_python_block_runs_as_written_in_reading_order_in_one_folder(tmp_path, data_dir, capsys, monkeypatch):
     env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2", "TFPRIV_DATA_DIR": str(data_dir.resolve())}
-    runs, setup = SETUP.get(name, ([], ""))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TFPRIV_DATA_DIR", env["TFPRIV_DATA_DIR"])
-    for args in runs:
-        done = train_py(*args, capsys=capsys)
-        assert done.returncode == 0, f"setup train.py {args}:\n{done.stderr[-3000:]}"
-    spec = tmp_path / "blocks.json"
-    spec.write_text(json.dumps({"setup": setup, "blocks": python_blocks(open(os.path.join(REPO, name)).read(), name)}))
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(spec)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stderr[-5000:]
+    ran = []
+    for name in DOCS:
+        blocks = python_blocks(open(os.path.join(REPO, name)).read(), name)
+        if not blocks:
+            continue
+        runs, setup = SETUP.get(name, ([], ""))
+        for args in runs:
+            done = train_py(*args, capsys=capsys)
+            assert done.returncode == 0, f"{name}: setup train.py {args}:\n{done.stderr[-3000:]}"
+        spec = tmp_path / f"blocks-{len(ran)}.json"
+        spec.write_text(json.dumps({"setup": setup, "blocks": blocks}))
+        done = subprocess.run([sys.executable, "-c", RUNNER, str(spec)], cwd=tmp_path, env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, f"after {ran}, {name}:\n{done.stderr[-5000:]}"
+        ran.append(name)
+    assert ran[:2] == ["README.md", "docs/guide.md"]

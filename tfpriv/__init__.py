@@ -8,9 +8,15 @@ run folder; its SavedModel export is `OUTPUT_DIR/saved_model`, see `tfpriv.expor
 (private synthetic data from arrays: fit, sample, save; `tfpriv.synthesizer`).
 
 They are imported on first use (PEP 562), so that `import tfpriv.cli.launch` does not load
-TensorFlow: the command line installs its Ctrl-C handler before that slow import.
+TensorFlow: the command line installs its Ctrl-C handler before that slow import. Library use is as
+quiet as the command line (`tfpriv.tf_logs.quiet_library`: TensorFlow's start-up and C++ log lines
+and its Python warnings inside tfpriv's calls follow TF_CPP_MIN_LOG_LEVEL, 3 unless set).
 """
 import importlib
+
+from tfpriv import tf_logs
+
+tf_logs.quiet_library()
 
 __version__ = "0.1.0"
 

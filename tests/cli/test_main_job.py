@@ -13,13 +13,29 @@ FLAGS = flags.FLAGS
 
 
 def test_no_flags_means_the_main_job_flag_file(capsys):
-    assert cli_main.with_main_job(["train.py"]) == ["train.py", f"--flagfile={cli_main.MAIN_JOB_FLAGFILE}"]
+    main_job = f"--flagfile={cli_main.MAIN_JOB_FLAGFILE}"
+    assert cli_main.with_main_job(["train.py"]) == ["train.py", main_job, "--output_dir=runs/main_job"]
+    assert cli_main.with_main_job(["train.py", "--output_dir=x"]) == ["train.py", main_job, "--output_dir=x"]
     assert cli_main.with_main_job(["train.py", "--epochs=1"]) == ["train.py", "--epochs=1"]
     with flagsaver.flagsaver():
         cli_main.parse_flags(["train.py"])
         assert (FLAGS.model, FLAGS.dataset, FLAGS.data_dir, FLAGS.aggregation, FLAGS.epsilon) == (
             "privae", "mnist", None, "micro", 8.0)
+        # a stable folder, so that running it again resumes (was runs/privae-mnist-<time>, new every run)
+        assert FLAGS.output_dir == "runs/main_job"
     assert "main job" in capsys.readouterr().out
+
+
+def test_the_main_job_says_where_it_writes_and_an_empty_output_dir_is_an_error(tmp_path, capsys, monkeypatch):
+    for name in families.families():
+        replace_job(monkeypatch, name, run=lambda s, o: {"metrics": {}})
+    monkeypatch.chdir(tmp_path)
+    proc = train_py(capsys=capsys)
+    assert proc.returncode == 0, proc.stderr
+    assert "writing to runs/main_job (running it again resumes there)" in proc.stdout.splitlines()[0]
+    proc = train_py("--output_dir=", capsys=capsys)  # an unset shell variable: ran the main job in runs/ before
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --output_dir: is empty")
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("extra", [[], ["--output_dir=somewhere"]], ids=["no flags", "--output_dir"])

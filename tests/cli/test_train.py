@@ -58,8 +58,11 @@ def _copy(run, tmp_path):
     (["--num_samples_L=0"], "--num_samples_L"),
     (["--capacity=8"], "--capacity: does not apply to --model=privae"),
     (["positional"], "unexpected positional arguments"),
+    (["--output_dir="], "--output_dir: is empty"),  # an unset shell variable; ran the job in runs/ before
+    (["--flagfile=/nonexistent/job.cfg"], "--flagfile: cannot open '/nonexistent/job.cfg' (No such file"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_bad_input_is_one_line_exit_2_and_no_output_dir(tmp_path, capsys, args, flag):
+def test_bad_input_is_one_line_exit_2_and_no_output_dir(tmp_path, capsys, monkeypatch, args, flag):
+    monkeypatch.chdir(tmp_path)  # a default run folder (runs/...) would be made here
     out = tmp_path / "run"
     proc = train_py(f"--output_dir={out}", *FAST, *args, capsys=capsys)
     assert_one_line_error(proc, flag, out)
@@ -281,6 +284,7 @@ def test_help_lists_tfprivs_flags_by_job(capsys):
     for internal in ("--logtostderr", "--only_check_args", "--tt_check_filter", "--flagfile:"):
         assert internal not in text
     assert "--helpfull" in text
+    assert text.startswith("usage: tfpriv [flags]")  # the console script (was tfpriv-train, its older name)
 
 
 def test_sample_mode_needs_a_trained_run(tmp_path, capsys):

@@ -108,7 +108,7 @@ def test_sample_without_generator_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch):
+def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch, capsys):
     """A tiny non-scored DPGAN run: results.json with the keys every family writes. (The evaluation
     classifier is an untrained stand-in: its scores are not checked here, and the real one would score
     the 10,000 test images twice.)"""
@@ -117,7 +117,10 @@ def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch):
     s = read_settings(cli.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20, seed=0,
                       verbose=0)
+    capsys.readouterr()
     res = cli.run(s, str(out))
+    stop_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stopped at")]
+    assert stop_lines == ["stopped at --max_steps=3: 3 of 240 planned critic steps; epsilon covers the steps taken"]
     stored = json.load(open(out / "results.json"))
     assert stored["epochs"] == res["epochs"] == 1 and stored["planned_epochs"] == 2  # stopped by --max_steps
     assert stored["limit_reached"] and stored["steps"] == stored["training"]["critic_steps"] == 3

@@ -188,6 +188,23 @@ def test_an_unknown_loss_name_is_refused():
         _private(_mlp(), 3, N)
 
 
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("kerases", ["keras2", "keras3"])
+def test_a_mixed_precision_model_is_refused_in_one_line(policy, kerases):
+    """A model built under Keras' GPU advice crashed `fit` (AddV2 of float32 and half): refused at make_private."""
+    module = keras if kerases == "keras2" else pytest.importorskip("keras")
+    module.mixed_precision.set_global_policy(policy)
+    try:
+        model = module.Sequential([module.Input([12]), module.layers.Dense(4), module.layers.Dense(2)])
+    finally:
+        module.mixed_precision.set_global_policy("float32")
+    half = "float16" if policy == "mixed_float16" else "bfloat16"
+    expected = (rf"^model: layer 'dense(_\d+)?' computes in {half} \(dtype policy '{policy}'\); make_private needs "
+                r"float32: build the model after keras.mixed_precision.set_global_policy\(\"float32\"\)$")
+    with pytest.raises(ConfigError, match=expected):
+        _private(model, module.losses.SparseCategoricalCrossentropy(from_logits=True), N)
+
+
 @pytest.mark.parametrize("functional", [False, True])
 @pytest.mark.parametrize("bad_id", [50, -1])
 def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):

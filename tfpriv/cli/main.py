@@ -130,6 +130,9 @@ def prepare(argv=None):
         if not FLAGS.output_dir:
             raise UsageError("--output_dir: --mode=sample needs the folder of a trained run")
         return job, settings, FLAGS.output_dir
+    if FLAGS["output_dir"].present and not FLAGS.output_dir:
+        raise UsageError("--output_dir: is empty (an unset shell variable?); give a folder, or leave the flag out "
+                         "for the default runs/<model>-<dataset>-<time>")
     output_dir = FLAGS.output_dir or default_output_dir(FLAGS.model, settings.dataset)
     check_writable(output_dir)
     return job, settings, output_dir
@@ -283,12 +286,15 @@ def help_text() -> str:
 MAIN_JOB_FLAGFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_job.cfg")
 MAIN_JOB = "a DP-SGD VAE on MNIST"  # what main_job.cfg trains, in the lines below
 
-HELP_HEADER = f"""usage: python train.py [flags]   (installed: tfpriv-train [flags])
+MAIN_JOB_DIR = os.path.join("runs", "main_job")  # the main job's folder without --output_dir: re-running resumes
+
+HELP_HEADER = f"""usage: tfpriv [flags]   (from a clone: python train.py [flags])
 
 With no flags (or only --output_dir and --audit flags) it runs the main job, {MAIN_JOB}:
 {MAIN_JOB_FLAGFILE}
 (--aggregation=micro, epsilon = 8 at delta = 1e-5, on the MNIST copy bundled with tfpriv, --seed=0 so
-that two runs give the same result); it prints epsilon and the test log-likelihood.
+that two runs give the same result); it prints epsilon and the test log-likelihood and writes its run
+folder ({MAIN_JOB_DIR} unless --output_dir is given; running it again resumes there).
 Any other flag replaces the main job: unset flags take --model's defaults (--model=privae,
 --dataset=digits), and the run's first line says so. To change the main job, start from its file:
 python train.py --flagfile={MAIN_JOB_FLAGFILE} --epochs=10.
@@ -297,11 +303,15 @@ Experiments: --flagfile=flags/NAME.cfg."""
 
 def with_main_job(argv: list[str]) -> list[str]:
     """No flags at all (or only --audit flags and --output_dir): the main job's flag file (a
-    private VAE on the bundled MNIST) first, and a line saying so."""
+    private VAE on the bundled MNIST) first, `--output_dir=runs/main_job` unless given (a stable
+    folder, so that running it again resumes), and a line saying both."""
     if any(not a.startswith(("--audit", "--output_dir")) for a in argv[1:]):
         return argv
-    print(f"running the main job, {MAIN_JOB} ({MAIN_JOB_FLAGFILE}); --help lists the flags", flush=True)
-    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *argv[1:]]
+    given = any(a.startswith("--output_dir") for a in argv[1:])
+    output_dir = [] if given else [f"--output_dir={MAIN_JOB_DIR}"]
+    where = "" if given else f", writing to {MAIN_JOB_DIR} (running it again resumes there)"
+    print(f"running the main job, {MAIN_JOB} ({MAIN_JOB_FLAGFILE}){where}; --help lists the flags", flush=True)
+    return [argv[0], f"--flagfile={MAIN_JOB_FLAGFILE}", *output_dir, *argv[1:]]
 
 
 def parse_flags(argv):
@@ -318,12 +328,17 @@ def parse_flags(argv):
 
 
 _ILLEGAL_VALUE = re.compile(r"^flag --(\w+)=(.*?): (.*)$")
+_CANT_OPEN = re.compile(r"\[Errno \d+\] (.*?): (.*)$")  # absl: "ERROR:: Unable to open flagfile: [Errno 2] ..."
 
 
 def parse_error_message(exc: flags.Error) -> str:
     """absl's parse errors in the `--flag: why` form of every other error (one line)."""
     if isinstance(exc, flags.UnrecognizedFlagError):
         return f"--{exc.flagname}: unknown flag (--help lists the flags)"
+    if isinstance(exc, flags.CantOpenFlagFileError):
+        match = _CANT_OPEN.search(str(exc))
+        why = f"cannot open {match.group(2)} ({match.group(1)})" if match else str(exc).split("flagfile: ", 1)[-1]
+        return f"--flagfile: {why}"
     lines = str(exc).strip().splitlines()
     message = lines[0] if lines else "invalid flags"
     match = _ILLEGAL_VALUE.match(message)

@@ -333,9 +333,20 @@ class GanRun(pipeline.TrainingRun):
             "model": s.model, "capacity": s.capacity, "generator_capacity": generator_width(s.capacity, s.generator_capacity),
             "latent_size": s.latent_size, "num_classes": self.num_classes})
 
+    def limit_line(self) -> str | None:
+        """The line announcing a --max_steps or --max_minutes stop (None if training was not stopped)."""
+        if not self.limit.reached:
+            return None
+        flag = f"--max_steps={self.s.max_steps}" if self.limit.reason == "max_steps" else \
+            f"--max_minutes={self.s.max_minutes:g}"
+        return (f"stopped at {flag}: {self.fit['train_steps']} of {self.plan.planned_steps} planned critic steps; "
+                "epsilon covers the steps taken")
+
     def evaluate(self) -> dict:
         from tfpriv.gan import evaluation
         s, model, fit = self.s, self.built.model, self.fit
+        if self.limit_line():
+            print(self.limit_line(), flush=True)
         self.save_model()
         start = time.time()
         progress(s, f"generating {s.num_samples} samples ...")

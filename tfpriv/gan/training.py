@@ -20,27 +20,34 @@ from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE
 
 
 class Limit(keras.callbacks.Callback):
-    """Stops training after `minutes` of wall time or at `max_steps` critic steps (checked every step)."""
+    """Stops training after `minutes` of wall time or at `max_steps` critic steps (checked every step);
+    `reason` says which stopped it ("max_steps" or "minutes"), so that the stop can be announced."""
 
     def __init__(self, minutes: float | None = None, max_steps: int | None = None):
         super().__init__()
         self.seconds = minutes * 60.0 if minutes else None
         self.max_steps = max_steps or None
         self.start = time.time()
-        self.reached = False
+        self.reason: str | None = None
+
+    @property
+    def reached(self) -> bool:
+        return self.reason is not None
 
     def on_train_begin(self, logs=None):
         self.start = time.time()
         if self.max_steps and int(self.model.step_count.numpy()) >= self.max_steps:
-            self.reached = True
-            self.model.stop_training = True
+            self.stop("max_steps")
 
     def on_train_batch_end(self, batch, logs=None):
-        late = self.seconds is not None and time.time() - self.start >= self.seconds
-        done = self.max_steps is not None and int(self.model.step_count.numpy()) >= self.max_steps
-        if late or done:
-            self.reached = True
-            self.model.stop_training = True
+        if self.max_steps is not None and int(self.model.step_count.numpy()) >= self.max_steps:
+            self.stop("max_steps")
+        elif self.seconds is not None and time.time() - self.start >= self.seconds:
+            self.stop("minutes")
+
+    def stop(self, reason: str) -> None:
+        self.reason = reason
+        self.model.stop_training = True
 
 
 class Monitor(keras.callbacks.Callback):

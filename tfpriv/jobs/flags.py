@@ -60,5 +60,5 @@ flags.DEFINE_string("strategy", "default", "default (one device), mirrored (ever
                     "--output_dir). Results match one device's; see README, More than one device or machine.")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (for --strategy=mirrored "
                      "without GPUs, e.g. to test it). Default: TensorFlow's one CPU device.")
-flags.DEFINE_integer("verbose", 2, "0 silent, 1 progress bar, 2 one line per epoch; > 0 also prints progress of "
-                     "long evaluations.")
+flags.DEFINE_integer("verbose", 2, "0 silent, 1 progress bar, 2 one line per epoch (and one every 30 s of a long "
+                     "epoch); > 0 also prints progress of long evaluations.")

@@ -1,6 +1,6 @@
 """`make_private`: DP-SGD for a user's own Keras model in one call (cf. Opacus' `make_private`).
 
-    dp_model = tfpriv.make_private(keras_model, loss="sparse_categorical_crossentropy",
+    dp_model = tfpriv.make_private(keras_model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                                    config=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
                                    num_examples=len(x_train), batch_size=64, delta=1e-5)
     dp_model.compile(optimizer="adam", metrics=["accuracy"])
@@ -40,7 +40,7 @@ class PrivateModel(PrivateTraining, DPModel):
         >>> import tfpriv
         >>> from tfpriv.compat import keras
         >>> model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)])
-        >>> dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy",
+        >>> dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         ...                                tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1),
         ...                                num_examples=256, batch_size=32, delta=1e-3)
         >>> isinstance(dp_model, tfpriv.PrivateModel), dp_model.model is model
@@ -141,6 +141,7 @@ def _private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples:
              history: list[Segment]) -> PrivateTraining:
     """`make_private` of a model whose ledger already holds `history`."""
     from tfpriv.training.runner import plan_privacy
+    refuse_mixed_precision(model)
     if not config.private:
         raise ConfigError(f"config.aggregation: make_private needs a private mode, got {config.aggregation!r}")
     if config.aggregation not in ("micro", "termwise"):
@@ -168,3 +169,22 @@ def _private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples:
             ledger.steps.assign(steps)
         object.__setattr__(dp_model, "ledger", ledger)  # not tracked by Keras, as compile's own ledger
     return dp_model
+
+
+def refuse_mixed_precision(model: keras.Model) -> None:
+    """Raises ConfigError naming `model` when a layer computes in float16 or bfloat16 (a mixed-precision
+    dtype policy, e.g. from `keras.mixed_precision.set_global_policy("mixed_float16")`).
+
+    The engine's per-example norms, clip factors, sums and noise are written for the float32
+    gradients of a float32 model; a half-precision forward pass crashed `fit` (float32 + float16).
+    Supporting it would need every DP quantity cast to float32 and a sensitivity test per policy.
+    """
+    half = [layer for layer in model._flatten_layers() if str(layer.compute_dtype) in ("float16", "bfloat16")]
+    if half:
+        # Named: the first layer with weights of its own (not a model holding them).
+        layer = next((layer for layer in half if layer.weights and not list(layer._flatten_layers(include_self=False))),
+                     half[0])
+        policy = getattr(layer.dtype_policy, "name", layer.compute_dtype)
+        raise ConfigError(f"model: layer {layer.name!r} computes in {layer.compute_dtype} (dtype policy {policy!r}); "
+                          "make_private needs float32: build the model after "
+                          "keras.mixed_precision.set_global_policy(\"float32\")")

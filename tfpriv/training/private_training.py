@@ -6,6 +6,7 @@ ids dropped: `tfpriv.training.screening`), mixed into Keras 2's
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Callable, Union
 
 import numpy as np
@@ -38,11 +39,14 @@ class PrivateTraining(DPTraining):
         self._privacy = dict(dp=config, num_examples=num_examples, delta=delta, max_epsilon=max_epsilon)
 
     def compile(self, optimizer="adam", metrics=None, **kwargs):
-        """Keras compile; the privacy settings and the loss are those given to `make_private`."""
+        """Keras compile; the privacy settings and the loss are those given to `make_private`.
+        `jit_compile=True` is refused (`without_xla`); Keras 3's "auto" means no XLA here."""
         if kwargs.get("loss") is not None:
             raise ConfigError("loss: a private model's loss is the one given to make_private (made per-example, so "
                               "each example's gradient is clipped); compile takes the optimizer and metrics")
         kwargs.pop("loss", None)
+        if "jit_compile" in kwargs:
+            kwargs["jit_compile"] = without_xla(kwargs["jit_compile"])
         super().compile(optimizer=optimizer, metrics=metrics, **self._privacy, **kwargs)
         # `evaluate` may come before any `fit` (which builds the other trackers); `build` keeps this one.
         self._trackers["loss"] = self.keras_module.metrics.Mean(name="loss")
@@ -104,6 +108,15 @@ class PrivateTraining(DPTraining):
                 probed[key] = index_targets(self.per_example_loss, y, y_pred_shape)
             indices = probed[key]
         return class_labels(y, y_pred_shape, indices)
+
+    def build_extra(self, sample_batch) -> None:
+        """Warns in one line when a probability loss gets logits (`logits_warning`), read on the
+        public batch `prepare` passes: no record decides whether the line is printed."""
+        kind = probability_loss(self.per_example_loss)
+        y_pred = self.model(_unpack(sample_batch)[0], training=False) if kind else None
+        line = logits_warning(kind, y_pred) if isinstance(y_pred, tf.Tensor) else None
+        if line:
+            print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
 
     def step_logs(self, logs: dict) -> dict:
         return logs
@@ -173,6 +186,17 @@ class PrivateTraining(DPTraining):
         return out
 
 
+def without_xla(jit_compile: bool | str | None) -> bool | None:
+    """`compile`'s `jit_compile` as the private step runs: None or False as given, Keras 3's "auto"
+    as False; XLA (True) raises ConfigError naming `jit_compile`. XLA cannot compile the private
+    step (its ScatterNd), and on CPU XLA was slower even for a non-private Keras convnet (15.4k
+    against 21.4k examples/s, issue 50)."""
+    if jit_compile in (None, False, "auto"):
+        return None if jit_compile is None else False
+    raise ConfigError(f"jit_compile: {jit_compile!r} is not supported: XLA cannot compile the private training "
+                      "step (its ScatterNd), and on CPU it was slower; leave jit_compile out (or False)")
+
+
 def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss, bool]:
     """(a function of (y_true, y_pred) with one value per example, whether it is sparse categorical).
 
@@ -196,6 +220,42 @@ def per_example_loss(loss: LossLike, keras_module=keras) -> tuple[PerExampleLoss
         raise ConfigError(f"loss: expected a Keras loss name, a keras.losses.Loss or a function, "
                           f"got {type(loss).__name__}")
     return loss, any(loss is m.losses.sparse_categorical_crossentropy for m in keras_modules())
+
+
+# Keras' crossentropies that read probabilities unless given from_logits=True: what their rows must be.
+PROBABILITY_LOSSES = {"sparse_categorical_crossentropy": "categorical", "categorical_crossentropy": "categorical",
+                      "binary_crossentropy": "binary"}
+PROBABILITY_LOSS_CLASSES = {"SparseCategoricalCrossentropy": "categorical", "CategoricalCrossentropy": "categorical",
+                            "BinaryCrossentropy": "binary"}
+
+
+def probability_loss(loss: LossLike) -> str | None:
+    """"categorical" or "binary" when `loss` (as `per_example_loss` returns it) reads probabilities:
+    a Keras crossentropy function, or loss object without from_logits=True. None otherwise."""
+    for module in keras_modules():
+        for name, kind in PROBABILITY_LOSSES.items():
+            if loss is getattr(module.losses, name, None):
+                return kind
+    for name, kind in PROBABILITY_LOSS_CLASSES.items():
+        if isinstance(loss, keras_classes(f"losses.{name}")) and not loss.get_config().get("from_logits"):
+            return kind
+    return None
+
+
+def logits_warning(kind: str, y_pred) -> str | None:
+    """The warning when predictions given to a probability loss of `kind` look like logits (Keras'
+    heuristic: a value outside [0, 1], or categorical rows not summing to 1), else None. A
+    probability loss on logits trains to chance (issue 50: 0.06-0.08 accuracy instead of 0.6)."""
+    p = np.asarray(y_pred, dtype=np.float64)
+    logits = p.size > 0 and (p.min() < 0 or p.max() > 1)
+    if kind == "categorical" and p.ndim and p.shape[-1] > 1:
+        logits = logits or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-3)
+    if not logits:
+        return None
+    example = "SparseCategoricalCrossentropy" if kind == "categorical" else "BinaryCrossentropy"
+    return (f"loss: reads probabilities, but the model's outputs look like logits (outside [0, 1]"
+            f"{' or not summing to 1' if kind == 'categorical' else ''}); if the last layer has no "
+            f"{'softmax' if kind == 'categorical' else 'sigmoid'}, pass loss=keras.losses.{example}(from_logits=True)")
 
 
 def _unpack(data):
