@@ -37,6 +37,7 @@ from tfpriv.privacy.engine import DPGradientEngine, public_batch
 from tfpriv.privacy.rng import in_step, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.callbacks import BudgetExhausted, PrivacyCallback
+from tfpriv.training.progress import Heartbeat
 
 NON_PRIVATE = DPConfig(aggregation="none", num_partitions=1)
 
@@ -257,6 +258,8 @@ class DPTraining:
         if private and not any(isinstance(c, PrivacyCallback) for c in callbacks):
             callbacks.insert(0, PrivacyCallback(self.ledger, self.delta, self.max_epsilon, self.accountant,
                                                 budget_name=self.budget_name))
+        if verbose == 2 and steps_per_epoch and not any(isinstance(c, Heartbeat) for c in callbacks):
+            callbacks.append(Heartbeat(steps_per_epoch))  # a line during long epochs (Keras prints at their end)
         if verbose != 0 and not any(isinstance(c, self.keras_module.callbacks.ProgbarLogger) for c in callbacks):
             # After the privacy callback, so the progress bar's epoch line shows epsilon.
             callbacks.append(self.progress_bar())

@@ -12,7 +12,7 @@ from tfpriv.compat import keras
 
 
 class Heartbeat(keras.callbacks.Callback):
-    """At `verbose=2` (`fit_private` adds it): `Epoch 1/1` when Keras prints no epoch line (one
+    """At `verbose=2` (a private model's `fit` adds it): `Epoch 1/1` when Keras prints no epoch line (one
     epoch), and `  epoch E: step S/T (N s)` whenever `every_seconds` passed since the epoch's start
     or the last such line. `clock` is the time source (seconds)."""
 

@@ -29,7 +29,6 @@ from tfpriv.privacy.terms import TermSpec
 from tfpriv.run_folder import CHECKPOINTS_DIR, LOGS_DIR, PRIVACY_PLAN_FILE
 from tfpriv.training.callbacks import CheckpointCallback, PrivacyCallback
 from tfpriv.training.dp_model import DPModel, default_delta
-from tfpriv.training.progress import Heartbeat
 
 
 __all__ = ["PrivacyPlan", "add_selection_epsilon", "fit_private", "plan_privacy", "read_ledger",
@@ -339,7 +338,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     in the checkpoint is used, and batches continue from the steps already taken. Writes
     `privacy_plan.json`, checkpoints (model, optimizers, ledger, RNG streams, sampler seed,
     epoch) after every epoch and TensorBoard logs. `verbose=2` also prints a line every 30 s of a
-    long epoch (`tfpriv.training.progress.Heartbeat`). A stop at `plan.max_epsilon` prints one line
+    long epoch (`tfpriv.training.progress.Heartbeat`, which `fit` adds). A stop at `plan.max_epsilon` prints one line
     (ε spent, steps) unless `announce_budget_stop` is False (the command line prints its own).
     Returns the run's record: `epsilon`, `steps`, `history` (per-epoch logs), `resumed`, ...
 
@@ -397,7 +396,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         CheckpointCallback(manager, state.epoch),
         keras.callbacks.TensorBoard(os.path.join(output_dir, LOGS_DIR), write_graph=False),
         *extra_callbacks,
-    ] + ([Heartbeat(steps_per_epoch)] if verbose == 2 else [])
+    ]  # at verbose=2 `fit` adds the Heartbeat
     initial_epoch = int(state.epoch.numpy())
     history = {}
     start = time.time()
