@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from absl import flags
 
 from tfpriv.errors import UsageError
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.run_folder import CHECKPOINTS_DIR
 
 # Flags that choose what train.py does rather than configure a job.
@@ -157,7 +158,7 @@ def tfpriv_flags(flag_values: flags.FlagValues) -> list[str]:
     return names
 
 
-def read_settings(job: Job, flag_values: flags.FlagValues = flags.FLAGS, model: str | None = None, **values):
+def read_settings(job: Job, flag_values: flags.FlagValues = FLAGS, model: str | None = None, **values):
     """The job's typed settings: `values` (explicit), else a flag the user set, else the job's
     default for this --model, else the flag's default. Raises UsageError for a tfpriv flag the
     user set that this job does not read."""
@@ -192,7 +193,7 @@ def read_settings(job: Job, flag_values: flags.FlagValues = flags.FLAGS, model: 
     return job.settings_type(model=model, given=frozenset(given), **out)
 
 
-def flag_message(exc: UsageError, job: Job | None = None, flag_values: flags.FlagValues = flags.FLAGS) -> str:
+def flag_message(exc: UsageError, job: Job | None = None, flag_values: flags.FlagValues = FLAGS) -> str:
     """The one-line message of `exc` for the command line: the library parameter it names
     becomes the job's flag (`batch_size: ...` -> `--vae_batch_size: ...` for the filter)."""
     lines = str(exc).strip().splitlines()
