@@ -2,7 +2,8 @@
 
 A family provides
   * its flags (defined once, in its own module: tfpriv/models/cli.py, tfpriv/gan/cli.py,
-    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py),
+    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py), on tfpriv's own `FLAGS`
+    (`tfpriv.jobs.flags.DEFINE_*`), never absl's global one,
   * a typed settings dataclass whose fields are the flags it reads (`Settings` subclasses),
   * its defaults for shared flags as data (`Job.defaults`, per --model value `Job.model_defaults`),
   * the library parameters whose flag has another name (`Job.flag_names`, e.g. the filter's
