@@ -28,7 +28,7 @@ from absl import flags
 from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.jobs.flags import FLAGS, DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string  # tfpriv's flags
+from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string, FLAGS  # tfpriv's flags
 from tfpriv.jobs.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
 from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.jobs.tuning import FamilyTuning
