@@ -1,4 +1,5 @@
 """Shared test fixtures: where the real data lives, quiet TensorFlow, fixed seeds."""
+import contextlib
 import os
 import pathlib
 
@@ -39,6 +40,22 @@ def _seed():
     tf.random.set_seed(0)
     np.random.seed(0)
     yield
+
+
+@contextlib.contextmanager
+def saved_flags(**overrides):
+    """`absl.testing.flagsaver.flagsaver(**overrides)` for tfpriv's own FlagValues (flagsaver knows only
+    absl's FLAGS): every tfpriv flag restored afterwards."""
+    from absl.testing import flagsaver
+
+    from tfpriv.jobs.flags import FLAGS
+    saved = flagsaver.save_flag_values(FLAGS)
+    try:
+        for name, value in overrides.items():
+            setattr(FLAGS, name, value)
+        yield FLAGS
+    finally:
+        flagsaver.restore_flag_values(saved, FLAGS)
 
 
 # The fast tier, `pytest -m "not slow"`: what a developer runs on every change (the engine, its rules,

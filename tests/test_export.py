@@ -9,17 +9,16 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 import tfpriv
 from tests.test_trained import tiny_filter_run, tiny_generator_run
 from tfpriv.export import export_run
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
 from tfpriv.models import cli as privae_job
 from tfpriv.models.vae import VAE
 from tfpriv.run_folder import SAVED_MODEL_DIR
 
-FLAGS = flags.FLAGS
 SEED = np.int64(11)
 
 # Runs in a fresh interpreter: TensorFlow only. Serves every case of cases.json, writes outputs.npz.

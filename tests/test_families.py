@@ -6,18 +6,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 import tfpriv
 from tests.cli.helpers import train_py
+from tests.conftest import REPO_ROOT
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
 from tfpriv.families import Family, families, register
 from tfpriv.jobs import job as job_registry
+from tfpriv.jobs.flags import DEFINE_float
 from tfpriv.jobs.job import Job, PrivateSettings
 from tfpriv.jobs.pipeline import Built, TrainingRun
 from tfpriv.jobs.serving import N, SEED, Serving, function, seed_pair
@@ -28,7 +31,8 @@ from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.dp_model import DPModel
 from tfpriv.training.tuner import Objective
 
-flags.DEFINE_float("toy_init", 0.5, "Toy family (tests/test_families.py): the centre's initial value.")
+# On tfpriv's flags (tfpriv.jobs.flags.FLAGS), as every family's: absl's FLAGS stays the user's program's.
+DEFINE_float("toy_init", 0.5, "Toy family (tests/test_families.py): the centre's initial value.")
 
 CENTRE_FILE = "toy_centre.npy"
 SAMPLE_STD = 0.1
@@ -150,3 +154,61 @@ def test_a_family_from_outside_tfpriv_tunes(tmp_path, capsys, toy):
     assert released["objective"]["name"] == "test_error" and 0 < released["privacy"]["epsilon"] < np.inf
     best = tfpriv.load(str(out / "best"))
     assert isinstance(best, TrainedToy)
+
+
+# A user's absl program with flags of tfpriv's names (--epochs, --batch_size, --seed) on absl's FLAGS:
+# it makes a run folder with the synthesizer, loads it and exports it.
+USER_PROGRAM = """
+import json, sys
+from absl import app, flags
+
+flags.DEFINE_integer("epochs", 3, "the user's own")
+flags.DEFINE_integer("batch_size", 16, "the user's own")
+flags.DEFINE_integer("seed", 1, "the user's own")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    import tfpriv
+    from tfpriv.data import load_dataset
+    from tfpriv.export import export_run
+
+    run_dir = argv[1]
+    x = load_dataset("digits").x_train[:64]
+    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=32, latent_dim=2, seed=0).fit(x)
+    synth.save(run_dir)
+    loaded = tfpriv.load(run_dir)
+    exported = export_run(run_dir)
+    print(json.dumps({"user": [FLAGS.epochs, FLAGS.batch_size, FLAGS.seed], "loaded": type(loaded).__name__,
+                      "signatures": sorted(exported["signatures"]), "samples": list(synth.sample(2, seed=0).shape)}))
+
+
+app.run(main)
+"""
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env=env, timeout=600)
+
+
+def test_a_users_absl_program_with_the_same_flag_names_loads_exports_and_synthesizes(tmp_path):
+    proc = run_python(USER_PROGRAM, "--epochs=5", "--batch_size=8", "--seed=7", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]  # was DuplicateFlagError: the family modules defined --epochs
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["user"] == [5, 8, 7]  # the user's flags are the user's
+    assert out["signatures"] and out["samples"][0] == 2
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["epochs"] == 1  # the user's --epochs=5 did not reach the synthesizer's settings
+
+
+def test_importing_tfpriv_defines_no_absl_flag():
+    code = ("import json\nfrom absl import flags\nimport tfpriv\nfrom tfpriv import families\n"
+            "import tfpriv.cli.main\nfamilies.families()\nfrom tfpriv.jobs.flags import FLAGS\n"
+            "print(json.dumps([len(list(FLAGS)), sorted(set(flags.FLAGS) & set(FLAGS)),\n"
+            "                  sorted(m for m in flags.FLAGS.flags_by_module_dict() if m.startswith('tfpriv'))]))")
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    defined, in_absl, modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert defined > 100 and in_absl == [] and modules == []

@@ -6,13 +6,13 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
 
 import tfpriv
 from tests.test_release_list import release_table, written
+from tests.conftest import saved_flags
 from tfpriv.data import load_dataset
 from tfpriv.errors import ConfigError, UsageError
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.models import cli as privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
 
 EPSILON = 2.0
@@ -26,9 +26,9 @@ def digits():
 @pytest.fixture(scope="module")
 def privae(digits):
     # A process's parsed flags (an absl app's command line) do not reach the synthesizer's settings.
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(learning_rate=0.5, epochs=7):
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with saved_flags(learning_rate=0.5, epochs=7):
         return tfpriv.synthesizer("privae", epsilon=EPSILON, epochs=1, batch_size=32, latent_dim=4, seed=0).fit(digits)
 
 

@@ -49,15 +49,16 @@ def _family(name: str):
 
 
 def _defaults():
-    """The tfpriv flags at their defaults, apart from any the process parsed (absl's FLAGS)."""
+    """The tfpriv flags at their defaults, apart from any the process parsed (tfpriv's FLAGS)."""
     import copy
 
     from absl import flags
 
+    from tfpriv.jobs.flags import FLAGS
     from tfpriv.jobs.job import tfpriv_flag_modules
     values = flags.FlagValues()
-    for module in tfpriv_flag_modules(flags.FLAGS):
-        for flag in flags.FLAGS.flags_by_module_dict()[module]:
+    for module in tfpriv_flag_modules(FLAGS):
+        for flag in FLAGS.flags_by_module_dict()[module]:
             own = copy.deepcopy(flag)
             own.unparse()  # the declared default, not given
             values[own.name] = own

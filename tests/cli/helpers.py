@@ -7,16 +7,14 @@ import dataclasses
 import sys
 import types
 
-from absl import flags
 from absl.testing import flagsaver
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, saved_flags
 from tfpriv import families
 from tfpriv.cli import main as cli_main
 from tfpriv.jobs import job as job_registry
 
 TRAIN = str(REPO_ROOT / "train.py")
-FLAGS = flags.FLAGS
 
 
 def train_py(*args: str, capsys) -> types.SimpleNamespace:
@@ -24,7 +22,7 @@ def train_py(*args: str, capsys) -> types.SimpleNamespace:
     included), main() run, every flag restored afterwards. Returns (returncode, stdout, stderr)."""
     argv = ["train.py", *map(str, args)]
     capsys.readouterr()
-    with flagsaver.flagsaver():
+    with flagsaver.flagsaver(), saved_flags():  # absl's flags, and tfpriv's
         try:
             cli_main.main(cli_main.parse_flags(argv))
             code = 0

@@ -5,9 +5,8 @@ The docs and the study READMEs quote these files as the commands of their result
 or a check tightened must not leave one of them failing with exit code 2 for a user.
 """
 import pytest
-from absl.testing import flagsaver
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, saved_flags
 from tfpriv.cli import main as cli_main
 
 PRODUCT_FLAG_FILES = sorted((REPO_ROOT / "flags").glob("*.cfg"))
@@ -22,7 +21,7 @@ def test_both_flag_folders_are_found():
 @pytest.mark.parametrize("flag_file", FLAG_FILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_a_shipped_flag_file_passes_the_flag_checks(flag_file, data_dir, tmp_path):
     argv = ["train.py", f"--flagfile={flag_file}", f"--data_dir={data_dir}", f"--output_dir={tmp_path / 'run'}"]
-    with flagsaver.flagsaver():
+    with saved_flags():
         cli_main.parse_flags(argv)
         model = cli_main.FLAGS.model
         job, _, output_dir = cli_main.prepare()

@@ -19,9 +19,9 @@ from tests.conftest import shared_data_dir
 from tfpriv import families
 from tfpriv.data.registry import DATASETS
 from tfpriv.jobs import pipeline
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import CONTROL_FLAGS
 
-FLAGS = flags.FLAGS
 
 # What train.py does instead of one training run (--tune, --audit, --strategy) is not fuzzed here:
 # each is its own job with its own tests, and --num_cpu_devices reconfigures this process's devices.

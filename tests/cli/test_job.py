@@ -2,19 +2,18 @@
 import dataclasses
 
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
+from tests.conftest import saved_flags
 from tfpriv import families
 from tfpriv.cli import main as cli_main
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli as filter_job
 from tfpriv.gan import cli as gan_job
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import CONTROL_FLAGS, Family, Job, flag_message, read_settings, tfpriv_flags
 from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.models import cli as privae_job
 
-FLAGS = flags.FLAGS
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +50,7 @@ def test_family_defaults_apply_unless_the_user_sets_the_flag():
     assert (s.epochs, s.noise_multiplier, s.num_samples, s.seed) == (40, 0.5, 10000, None)
     d = read_settings(gan_job.JOB, FLAGS, model="dpgan")
     assert (d.critic_steps, d.clipping, d.learning_rate, d.batch_size, d.epochs) == (5, "fast", 5e-5, 64, 20)
-    with flagsaver.flagsaver(batch_size=64, seed=3, aggregation="none"):
+    with saved_flags(batch_size=64, seed=3, aggregation="none"):
         s = read_settings(gan_job.JOB, FLAGS, model="dpwgan_gp")
     assert (s.batch_size, s.learning_rate, s.seed, s.aggregation) == (64, pytest.approx(64 * 3.125e-6), 3, "none")
     assert {"batch_size", "seed", "aggregation"} <= s.given and "learning_rate" not in s.given
@@ -65,7 +64,7 @@ def test_num_samples_default_is_per_family():
     assert read_settings(privae_job.JOB, FLAGS).num_samples == 64
     assert read_settings(privae_job.JOB, FLAGS, model="vae").num_samples == 64
     assert read_settings(gan_job.JOB, FLAGS, model="dpgan").num_samples == 10000
-    with flagsaver.flagsaver(num_samples=30):
+    with saved_flags(num_samples=30):
         assert read_settings(privae_job.JOB, FLAGS).num_samples == 30
         assert read_settings(gan_job.JOB, FLAGS).num_samples == 30
 
@@ -78,13 +77,13 @@ def test_explicit_values_win_and_count_as_given():
 
 
 def test_a_flag_the_job_does_not_read_is_refused():
-    with flagsaver.flagsaver(epochs=5):
+    with saved_flags(epochs=5):
         with pytest.raises(UsageError, match=r"^--epochs: does not apply to --model=filter; use --vae_epochs$"):
             read_settings(filter_job.JOB, FLAGS)
-    with flagsaver.flagsaver(capacity=8):
+    with saved_flags(capacity=8):
         with pytest.raises(UsageError, match=r"^--capacity: does not apply to --model=vae$"):
             read_settings(privae_job.JOB, FLAGS, model="vae")
-    with flagsaver.flagsaver(feature_scaling="public"):
+    with saved_flags(feature_scaling="public"):
         with pytest.raises(UsageError, match=r"^--feature_scaling: does not apply to --model=dpgan"):
             read_settings(gan_job.JOB, FLAGS, model="dpgan")
     with pytest.raises(UsageError, match="^--model: "):

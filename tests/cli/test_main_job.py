@@ -2,14 +2,13 @@
 import json
 
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
 from tests.cli.helpers import replace_job, train_py
+from tests.conftest import saved_flags
 from tfpriv import families
 from tfpriv.cli import main as cli_main
+from tfpriv.jobs.flags import FLAGS
 
-FLAGS = flags.FLAGS
 
 
 def test_no_flags_means_the_main_job_flag_file(capsys):
@@ -17,7 +16,7 @@ def test_no_flags_means_the_main_job_flag_file(capsys):
     assert cli_main.with_main_job(["train.py"]) == ["train.py", main_job, "--output_dir=runs/main_job"]
     assert cli_main.with_main_job(["train.py", "--output_dir=x"]) == ["train.py", main_job, "--output_dir=x"]
     assert cli_main.with_main_job(["train.py", "--epochs=1"]) == ["train.py", "--epochs=1"]
-    with flagsaver.flagsaver():
+    with saved_flags():
         cli_main.parse_flags(["train.py"])
         assert (FLAGS.model, FLAGS.dataset, FLAGS.data_dir, FLAGS.aggregation, FLAGS.epsilon) == (
             "privae", "mnist", None, "micro", 8.0)
@@ -42,7 +41,7 @@ def test_the_main_job_says_where_it_writes_and_an_empty_output_dir_is_an_error(t
 def test_the_main_job_is_seeded_so_two_runs_agree(extra, capsys):
     seeds = []
     for _ in range(2):  # what two runs of `python train.py` parse
-        with flagsaver.flagsaver():
+        with saved_flags():
             cli_main.parse_flags(["train.py", *extra])
             seeds.append(FLAGS.seed)
     assert seeds == [0, 0]  # was [None, None]: a seed from the OS, different every run
@@ -56,7 +55,7 @@ def test_help_describes_the_main_job_and_what_other_flags_do(capsys):
     assert "the main job, a DP-SGD VAE on MNIST" in header and cli_main.MAIN_JOB_FLAGFILE in header
     assert "Any other flag replaces the main job" in header and "--model=privae,\n--dataset=digits" in header
     # what the header says the main job is, is what its flag file sets
-    with flagsaver.flagsaver():
+    with saved_flags():
         cli_main.parse_flags(["train.py"])
         assert (FLAGS.model, FLAGS.dataset, FLAGS.aggregation, FLAGS.epsilon, FLAGS.delta, FLAGS.seed) == (
             "privae", "mnist", "micro", 8.0, 1e-5, 0)

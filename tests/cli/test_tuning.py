@@ -15,22 +15,20 @@ import zipfile
 import dp_accounting
 import numpy as np
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
 from tests.cli.helpers import TRAIN, assert_one_line_error, subprocess_train_py, train_py
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, saved_flags
 from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
 import tfpriv
 from tfpriv.cli.tuning import TrialPlanner, report
 from tfpriv.data.sampling import sampling_rate_and_steps
 from tfpriv.gan import cli as gan_cli
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
 from tfpriv.models import cli as privae_job
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount
 
-FLAGS = flags.FLAGS
 
 # A tiny private VAE on the generated pinwheel data: one epoch of a few steps per trial.
 TINY = ["--model=privae", "--dataset=pinwheel", "--pinwheel_hidden=4", "--latent_dim=2", "--regularizer=none",
@@ -225,7 +223,7 @@ def test_the_gan_chooses_among_trials_by_scores_of_the_test_split_only(tmp_path)
     """IS, FD and label agreement from the evaluation classifier fitted on the test split (every trial
     computes them: --public_scores), downstream accuracy tested on the test split; never the default
     classifier, which is fitted on the GAN's private training images."""
-    with flagsaver.flagsaver():
+    with saved_flags():
         FLAGS(["train.py", "--model=dpgan"])
         planner = TrialPlanner(gan_cli.JOB, "dpgan", FLAGS, read_settings(gan_cli.JOB, FLAGS, model="dpgan"),
                                str(tmp_path))
@@ -299,7 +297,7 @@ def test_distributed_tuning_one_chief_two_workers_on_loopback(tmp_path):
 def test_the_neutral_hyperparameters_do_not_change_a_trials_privacy_event(tmp_path):
     """Ranges are allowed only for hyperparameters that leave the trial's DpEvent unchanged: checked
     on a term-wise PriVAE with a batch-wise term and partitions (the clip norms' hardest case)."""
-    with flagsaver.flagsaver():
+    with saved_flags():
         FLAGS(["train.py", "--dataset=pinwheel", "--epochs=1", "--aggregation=termwise", "--regularizer=mmd",
                "--num_partitions=2", "--batch_size=40"])
         settings = read_settings(privae_job.JOB, FLAGS)

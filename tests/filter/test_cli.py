@@ -3,15 +3,14 @@ import os
 
 import numpy as np
 import pytest
-from absl import flags
 
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli
 from tfpriv.filter.pipeline import load_filter
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
 from tests.cli.helpers import assert_one_line_error, train_py
 
-FLAGS = flags.FLAGS
 TINY = dict(vae_epochs=1, filter_epochs=2, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=100,
             budget=0.5, sweep_budgets=[])
 

@@ -3,7 +3,6 @@ import json
 
 import numpy as np
 import pytest
-from absl import flags
 
 from tests.cli.helpers import assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
@@ -11,9 +10,9 @@ from tfpriv.data import load_dataset
 from tfpriv.errors import UsageError
 from tfpriv.filter import cli
 from tfpriv.jobs import pipeline
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
 
-FLAGS = flags.FLAGS
 TINY = dict(vae_epochs=1, vae_batch_size=64, filter_epochs=1, filter_eval_epochs=1, filter_plots=False,
             filter_eval_min_steps=20, budget=0.5, sweep_budgets=[], gaussian_baseline=False)
 DP = {"aggregation": "micro", "noise_multiplier": 1.1, "l2_norm_clip": 1.0, "delta": 1e-4}

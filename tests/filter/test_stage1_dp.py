@@ -5,19 +5,18 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 from tests.cli.helpers import assert_one_line_error, train_py
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import cli
 from tfpriv.compat import keras
 from tfpriv.filter.stage1 import Stage1, build_stage1_vae, frozen, privacy_record
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import flag_message, read_settings
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.runner import fit_private, plan_privacy
 
-FLAGS = flags.FLAGS
 TINY = dict(filter_epochs=1, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=20, budget=0.5,
             sweep_budgets=[], gaussian_baseline=False)
 

@@ -3,7 +3,6 @@ import os
 
 import numpy as np
 import pytest
-from absl import flags
 
 from tests.gan.helpers import small_test_split
 from tests.test_release_list import tiny_classifier
@@ -12,9 +11,9 @@ from tfpriv.errors import UsageError
 from tfpriv.gan import cli
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
 
-FLAGS = flags.FLAGS
 
 
 @pytest.fixture(autouse=True)

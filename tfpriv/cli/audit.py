@@ -12,15 +12,15 @@ bound must hold for every value of the weights, and nothing is trained. With no 
 from __future__ import annotations
 
 import numpy as np
-from absl import flags
 
 from tfpriv.errors import UsageError
+from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_integer  # on tfpriv's FLAGS, not absl's
 
-flags.DEFINE_boolean("audit", False, "Audit the sensitivity of the configured model and aggregation instead of training: "
-                     "writes OUTPUT_DIR/audit.json with max_sensitivity_ratio (must be <= 1; exit code 1 if not). "
-                     "Alone, audits the main job's model.")
-flags.DEFINE_integer("audit_batch_size", 8, "--audit: training examples in the audited batch (each is removed once; "
-                     "crafted examples are added to it).")
+DEFINE_boolean("audit", False, "Audit the sensitivity of the configured model and aggregation instead of training: "
+               "writes OUTPUT_DIR/audit.json with max_sensitivity_ratio (must be <= 1; exit code 1 if not). "
+               "Alone, audits the main job's model.")
+DEFINE_integer("audit_batch_size", 8, "--audit: training examples in the audited batch (each is removed once; "
+               "crafted examples are added to it).")
 
 
 def first_rows(arrays, n: int):

@@ -31,7 +31,7 @@ from tfpriv.jobs import pipeline
 from tfpriv.jobs.job import Job, flag_message, read_settings, tfpriv_flag_modules
 from tfpriv.training import distribute
 
-FLAGS = flags.FLAGS
+FLAGS = common_flags.FLAGS  # tfpriv's flags; absl's FLAGS holds them only once parse_flags added them
 
 families.load_built_ins()  # the built-in families' flags, defined before absl parses the command line
 
@@ -321,10 +321,25 @@ def parse_flags(argv):
         print(help_text())
         sys.exit(0)
     try:
-        return FLAGS(argv)
+        remaining = command_line_flags()(argv)
     except flags.Error as exc:
         print(f"error: {parse_error_message(exc)}", file=sys.stderr)
         sys.exit(2)
+    FLAGS.mark_as_parsed()
+    return remaining
+
+
+def command_line_flags() -> flags.FlagValues:
+    """absl's FLAGS with tfpriv's flags added, each under the module that defined it: `app.run` parses
+    the process's FLAGS (its --helpfull, --flagfile and logging flags), and the values land on the Flag
+    objects tfpriv's FLAGS reads. Only the command line does this; the library leaves absl's FLAGS alone."""
+    process = flags.FLAGS
+    for module, defined in FLAGS.flags_by_module_dict().items():
+        for flag in defined:
+            if flag.name not in process or process[flag.name] is not flag:
+                process[flag.name] = flag
+                process.register_flag_by_module(module, flag)
+    return process
 
 
 _ILLEGAL_VALUE = re.compile(r"^flag --(\w+)=(.*?): (.*)$")
@@ -348,7 +363,7 @@ def parse_error_message(exc: flags.Error) -> str:
 def process_main(argv) -> None:
     """`main` as a process's own: TensorFlow's Python log lines follow TF_CPP_MIN_LOG_LEVEL (3 unless
     set) too, unless --verbosity is given, so an error or an interruption stays one stderr line."""
-    if not FLAGS["verbosity"].present:
+    if not flags.FLAGS["verbosity"].present:
         tf_logs.quiet_python_logs()
     main(argv)
 

@@ -28,6 +28,7 @@ from absl import flags
 from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError, UsageError
+from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string, FLAGS  # tfpriv's flags
 from tfpriv.jobs.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
 from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.jobs.tuning import FamilyTuning
@@ -36,25 +37,25 @@ from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
 from tfpriv.run_folder import PRIVATE_DIR, TRIALS_DIR
 from tfpriv.training.tuner import TUNERS, TuningJob, privacy_configurations
 
-flags.DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
-                     "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "
-                     "with its configuration and the epsilon of the whole job.")
-flags.DEFINE_string("tuner", "random", "--tune: random (epsilon by Papernot & Steinke's bound), bayesian or hyperband "
-                    "(adaptive: epsilon by composition over the trials).")
-flags.DEFINE_string("trial_count", "geometric", "--tune: distribution of the number of trials K, drawn once by the job: "
-                    "poisson, geometric, logarithmic or negative_binomial (truncated; shape --trial_count_shape).")
-flags.DEFINE_float("mean_trials", 5.0, "--tune: expected number of trials E[K] (>= 1).")
-flags.DEFINE_float("trial_count_shape", 1.0, "--tune --trial_count=negative_binomial: its shape eta > 0 (1 = geometric).")
-flags.DEFINE_integer("max_trials", None, "--tune: run min(K, max_trials) trials. Not one of the theorem's distributions: "
-                     "paid for in delta ((1 + e^eps) P(K > max_trials) of it); refused when that does not fit.")
-flags.DEFINE_string("objective", None, "--tune: what selects the best trial (named per model; default: the first). "
-                    "privae (test split): log_likelihood, reconstruction_error, mmd, hoyer_sparsity, cluster_purity; "
-                    "GANs (test split): inception_score, frechet_distance, label_agreement (evaluation classifier "
-                    "fitted on the test split), downstream_accuracy; filter (training codes: only with a non-private "
-                    "stage 1): utility_minus_private, utility_accuracy, private_accuracy.")
-flags.DEFINE_string("search_space", None, "--tune: a JSON file or an inline JSON object of hyperparameters "
-                    '({"batch_size": {"type": "choice", "values": [32, 64]}, "learning_rate": {"type": "float", '
-                    '"min": 1e-4, "max": 1e-2, "log": true}}) merged over the model\'s default space (null removes one).')
+DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
+               "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "
+               "with its configuration and the epsilon of the whole job.")
+DEFINE_string("tuner", "random", "--tune: random (epsilon by Papernot & Steinke's bound), bayesian or hyperband "
+              "(adaptive: epsilon by composition over the trials).")
+DEFINE_string("trial_count", "geometric", "--tune: distribution of the number of trials K, drawn once by the job: "
+              "poisson, geometric, logarithmic or negative_binomial (truncated; shape --trial_count_shape).")
+DEFINE_float("mean_trials", 5.0, "--tune: expected number of trials E[K] (>= 1).")
+DEFINE_float("trial_count_shape", 1.0, "--tune --trial_count=negative_binomial: its shape eta > 0 (1 = geometric).")
+DEFINE_integer("max_trials", None, "--tune: run min(K, max_trials) trials. Not one of the theorem's distributions: "
+               "paid for in delta ((1 + e^eps) P(K > max_trials) of it); refused when that does not fit.")
+DEFINE_string("objective", None, "--tune: what selects the best trial (named per model; default: the first). "
+              "privae (test split): log_likelihood, reconstruction_error, mmd, hoyer_sparsity, cluster_purity; "
+              "GANs (test split): inception_score, frechet_distance, label_agreement (evaluation classifier "
+              "fitted on the test split), downstream_accuracy; filter (training codes: only with a non-private "
+              "stage 1): utility_minus_private, utility_accuracy, private_accuracy.")
+DEFINE_string("search_space", None, "--tune: a JSON file or an inline JSON object of hyperparameters "
+              '({"batch_size": {"type": "choice", "values": [32, 64]}, "learning_rate": {"type": "float", '
+              '"min": 1e-4, "max": 1e-2, "log": true}}) merged over the model\'s default space (null removes one).')
 
 TUNING_FLAGS = ("tuner", "trial_count", "mean_trials", "trial_count_shape", "max_trials", "objective", "search_space")
 # Settings that define the job rather than a trial.
@@ -188,7 +189,7 @@ def extreme_points(space: Mapping[str, Mapping]) -> list[dict]:
     return points
 
 
-def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = flags.FLAGS) -> TuningJob:
+def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = FLAGS) -> TuningJob:
     """The tuning job of the command line, every flag checked and every trial planned."""
     family: FamilyTuning | None = getattr(job, "tuning", None)
     if family is None or job.training_run is None:
@@ -254,7 +255,7 @@ def is_worker() -> bool:
     return dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
 
 
-def tune(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = flags.FLAGS) -> dict:
+def tune(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = FLAGS) -> dict:
     """Runs the tuning job of the command line (or this worker's part of it)."""
     return build(job, settings, output_dir, flag_values).run(output_dir)
 

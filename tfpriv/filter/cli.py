@@ -26,11 +26,12 @@ import os
 import time
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 
 from tfpriv.errors import UsageError
 from tfpriv.filter import serving
-from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs.flags import (DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_list,  # on tfpriv's FLAGS
+                                DEFINE_string)
 from tfpriv.jobs import pipeline
 from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
@@ -47,40 +48,40 @@ DEFAULT_TASKS = {  # dataset -> (private, utility, non-target)
 }
 STAGE1_AGGREGATIONS = ("none", "micro", "batch")
 
-flags.DEFINE_integer("filter_epochs", 1000, "Filter-game epochs (paper: 1000).")
-flags.DEFINE_float("budget", 1.0, "Distortion budget b of the filter (headline metrics are at this budget).")
-flags.DEFINE_list("sweep_budgets", [], "Extra budgets for the accuracy-vs-budget curve, e.g. 0,0.01,0.1,1,10.")
-flags.DEFINE_string("divergence", "kl", "Distortion divergence: kl or chi2.")
-flags.DEFINE_string("private_label", None, "Private label (default per dataset; MNIST: digit, digit_ge5, parity, circle).")
-flags.DEFINE_string("utility_label", None, "Utility label (default per dataset).")
-flags.DEFINE_string("nontarget_label", None, "Optional non-target label to evaluate ('none' to skip).")
-flags.DEFINE_float("utility_weight", 1.0, "β, weight of the utility loss in the filter objective.")
-flags.DEFINE_float("penalty_rho", 10.0, "Initial ρ of the budget penalty (halved every 500 epochs, floor 2).")
-flags.DEFINE_string("filter_type", "linear", "linear or mlp.")
-flags.DEFINE_integer("noise_dim", None, "Filter noise dimension (default: latent dimension).")
-flags.DEFINE_integer("vae_epochs", 10, "Stage-1 VAE epochs.")
-flags.DEFINE_integer("vae_batch_size", 128, "Stage-1 VAE (expected) batch size.")
-flags.DEFINE_float("vae_learning_rate", 1e-3, "Stage-1 VAE Adam learning rate.")
-flags.DEFINE_integer("filter_batch_size", 128, "Filter-game batch size (paper: 128; CelebA 24).")
-flags.DEFINE_float("filter_learning_rate", 1e-3, "Filter-game Adam learning rate (paper: 1e-3; CelebA 2e-4).")
-flags.DEFINE_integer("filter_train_subset", 0, "Train the filter on the first N training codes (0: all).")
-flags.DEFINE_integer("filter_eval_epochs", 30, "Epochs of the fresh stage-3 classifiers.")
-flags.DEFINE_integer("filter_eval_min_steps", 3000, "Minimum updates of each stage-3 classifier.")
-flags.DEFINE_string("filter_classifier", None, "Classifier: mlp or linear (default per dataset).")
-flags.DEFINE_float("filter_delta", 1e-5, "δ at which the filter's RDP is converted to ε.")
-flags.DEFINE_boolean("gaussian_baseline", True, "Also evaluate the Gaussian mechanism at each budget.")
-flags.DEFINE_boolean("filter_plots", True, "Write PNG figures.")
-flags.DEFINE_integer("num_users", 1, "Users with their own filter (>1: multi-user run).")
-flags.DEFINE_list("filter_users", [], "private:utility per user, e.g. digit_ge5:parity,parity:digit_ge5.")
-flags.DEFINE_integer("filter_num_parts", 10, "Multi-user: equal parts of the training set; user k owns part k.")
-flags.DEFINE_integer("repeats", 1, "Independent filter trainings (seeds) per budget.")
-flags.DEFINE_string("adversary_objective", "ce", "Filter's privacy loss: ce (maximise adversary CE, paper) or confusion (CE to uniform).")
-flags.DEFINE_integer("adversary_steps", 1, "Adversary updates per filter update.")
-flags.DEFINE_float("filter_ema", 0.0, "Release with a moving average of the filter weights, this decay (0: last iterate, paper).")
-flags.DEFINE_float("label_epsilon", None, "Train the (linear) filter so that its label-change epsilon at "
-                   "--filter_delta is at most this (projection during the game; unset: unconstrained). It protects "
-                   "codes released with secret noise: without --seed, which makes the release reproducible.")
-flags.DEFINE_float("robust_decoder", 0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).")
+DEFINE_integer("filter_epochs", 1000, "Filter-game epochs (paper: 1000).")
+DEFINE_float("budget", 1.0, "Distortion budget b of the filter (headline metrics are at this budget).")
+DEFINE_list("sweep_budgets", [], "Extra budgets for the accuracy-vs-budget curve, e.g. 0,0.01,0.1,1,10.")
+DEFINE_string("divergence", "kl", "Distortion divergence: kl or chi2.")
+DEFINE_string("private_label", None, "Private label (default per dataset; MNIST: digit, digit_ge5, parity, circle).")
+DEFINE_string("utility_label", None, "Utility label (default per dataset).")
+DEFINE_string("nontarget_label", None, "Optional non-target label to evaluate ('none' to skip).")
+DEFINE_float("utility_weight", 1.0, "β, weight of the utility loss in the filter objective.")
+DEFINE_float("penalty_rho", 10.0, "Initial ρ of the budget penalty (halved every 500 epochs, floor 2).")
+DEFINE_string("filter_type", "linear", "linear or mlp.")
+DEFINE_integer("noise_dim", None, "Filter noise dimension (default: latent dimension).")
+DEFINE_integer("vae_epochs", 10, "Stage-1 VAE epochs.")
+DEFINE_integer("vae_batch_size", 128, "Stage-1 VAE (expected) batch size.")
+DEFINE_float("vae_learning_rate", 1e-3, "Stage-1 VAE Adam learning rate.")
+DEFINE_integer("filter_batch_size", 128, "Filter-game batch size (paper: 128; CelebA 24).")
+DEFINE_float("filter_learning_rate", 1e-3, "Filter-game Adam learning rate (paper: 1e-3; CelebA 2e-4).")
+DEFINE_integer("filter_train_subset", 0, "Train the filter on the first N training codes (0: all).")
+DEFINE_integer("filter_eval_epochs", 30, "Epochs of the fresh stage-3 classifiers.")
+DEFINE_integer("filter_eval_min_steps", 3000, "Minimum updates of each stage-3 classifier.")
+DEFINE_string("filter_classifier", None, "Classifier: mlp or linear (default per dataset).")
+DEFINE_float("filter_delta", 1e-5, "δ at which the filter's RDP is converted to ε.")
+DEFINE_boolean("gaussian_baseline", True, "Also evaluate the Gaussian mechanism at each budget.")
+DEFINE_boolean("filter_plots", True, "Write PNG figures.")
+DEFINE_integer("num_users", 1, "Users with their own filter (>1: multi-user run).")
+DEFINE_list("filter_users", [], "private:utility per user, e.g. digit_ge5:parity,parity:digit_ge5.")
+DEFINE_integer("filter_num_parts", 10, "Multi-user: equal parts of the training set; user k owns part k.")
+DEFINE_integer("repeats", 1, "Independent filter trainings (seeds) per budget.")
+DEFINE_string("adversary_objective", "ce", "Filter's privacy loss: ce (maximise adversary CE, paper) or confusion (CE to uniform).")
+DEFINE_integer("adversary_steps", 1, "Adversary updates per filter update.")
+DEFINE_float("filter_ema", 0.0, "Release with a moving average of the filter weights, this decay (0: last iterate, paper).")
+DEFINE_float("label_epsilon", None, "Train the (linear) filter so that its label-change epsilon at "
+             "--filter_delta is at most this (projection during the game; unset: unconstrained). It protects "
+             "codes released with secret noise: without --seed, which makes the release reproducible.")
+DEFINE_float("robust_decoder", 0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,11 +15,11 @@ import os
 import time
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 
 from tfpriv.errors import UsageError
 from tfpriv.gan import serving
-from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
+from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string  # on tfpriv's FLAGS
 from tfpriv.jobs import pipeline
 from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
@@ -32,54 +32,54 @@ IMAGE_DATASETS = ("mnist", "fashion_mnist")
 GAN_OPTIMIZERS = ("rmsprop", "adam")
 EVAL_PROTOCOLS = ("tfpriv", "dpimagebench")
 
-flags.DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
-flags.DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
-flags.DEFINE_integer("generator_capacity", None, "Generator width, if it should differ from --capacity. The generator is "
-                     "post-processing: its size adds no noise (the critic's does, with the square root of its weights).")
-flags.DEFINE_float("diversity_weight", 0.0, "Weight of the generator's mode-seeking term (Mao et al. 2019): pairs of "
-                   "fakes with one label and different latents are pushed apart (0: off). Post-processing: no privacy cost.")
-flags.DEFINE_float("saturation_bound", 0.0, "Penalise the generator's pre-sigmoid values beyond +-bound (mean of "
-                   "(|x| - bound)^2 over pixels; 0: off), against the start-up collapse in which they sink so far "
-                   "below 0 that every image is blank and the generator stops learning. Post-processing: no privacy cost.")
-flags.DEFINE_integer("noise_multiplicity", 1, "Fakes and interpolation weights per real example in the critic's loss, "
-                     "averaged within the example before clipping (DPDM's noise multiplicity): the same clip and epsilon, "
-                     "about K times the critic's compute. Needs per-example clipping (not --clipping=fast).")
-flags.DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
-flags.DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
-                   "(0: off, only with --gan_loss=logistic).")
-flags.DEFINE_string("gan_loss", "wasserstein", "DPGAN: wasserstein (Xie et al.) or logistic (the standard GAN loss with a "
-                    "non-saturating generator, as in Bie et al. 2023).")
-flags.DEFINE_string("gan_optimizer", None, "rmsprop or adam (Adam with betas 0.5, 0.9) for critic and generator "
-                    "(default: adam for dpwgan_gp as in 004, rmsprop for dpgan as in Xie et al.).")
-flags.DEFINE_float("generator_ema", 0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
-                   "Post-processing: no privacy cost.")
-flags.DEFINE_integer("latent_size", 128, "Generator latent dimension.")
-flags.DEFINE_boolean("conditional", False, "Class-conditional GAN (labels are private: they enter the clipped critic).")
-flags.DEFINE_string("generator_path", None, "--mode=sample: a GAN run directory or its generator.keras (default: --output_dir).")
-flags.DEFINE_integer("eval_every", 1, "Score the generator every N epochs for the IS-vs-epsilon curve (0: only at the end).")
-flags.DEFINE_integer("eval_every_steps", 0, "Score every N critic steps instead of every --eval_every epochs (0: off).")
-flags.DEFINE_integer("eval_samples", 2000, "Samples per intermediate score.")
-flags.DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic examples the downstream classifier(s) "
-                     "are trained on (--eval_protocol=dpimagebench: the first n - n // 12 of them).")
-flags.DEFINE_integer("downstream_epochs", None, "Conditional: epochs of the downstream classifier(s) (default: 3 for "
-                     "--eval_protocol=tfpriv, 50 for dpimagebench as in DPImageBench).")
-flags.DEFINE_string("eval_protocol", "tfpriv", "Conditional: tfpriv (a small CNN trained on the samples, its last "
-                    "epoch scored on the test split) or dpimagebench (DPImageBench's: 5,000 training examples held "
-                    "out of the GAN's training as a private validation split, its ResNet trained on the samples, the "
-                    "epoch chosen on that split with a noisy count, the test split scored once; docs/dpimagebench.md).")
-flags.DEFINE_float("selection_epsilon", None, "--eval_protocol=dpimagebench: epsilon of each classifier's noisy "
-                   "epoch selection (Laplace noise of scale 1/epsilon on the count of correct validation "
-                   "predictions), added to the run's epsilon (default: the run's epsilon, DPImageBench's rule).")
-flags.DEFINE_integer("classifier_depth", 110, "--eval_protocol=dpimagebench: depth of DPImageBench's ResNet "
-                     "(6n + 2; 110 is DPImageBench's).")
-flags.DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
-flags.DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
-flags.DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers, used only where tfpriv's "
-                    "shipped copies are missing (default ~/.cache/tfpriv).")
-flags.DEFINE_boolean("public_scores", False, "Also score the samples with an evaluation classifier trained on the test "
-                     "split only (metrics *_public: inception score, Frechet distance to the test set, label "
-                     "agreement); --tune chooses by these, since the default classifier is trained on the training "
-                     "split, the GAN's private data.")
+DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
+DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
+DEFINE_integer("generator_capacity", None, "Generator width, if it should differ from --capacity. The generator is "
+               "post-processing: its size adds no noise (the critic's does, with the square root of its weights).")
+DEFINE_float("diversity_weight", 0.0, "Weight of the generator's mode-seeking term (Mao et al. 2019): pairs of "
+             "fakes with one label and different latents are pushed apart (0: off). Post-processing: no privacy cost.")
+DEFINE_float("saturation_bound", 0.0, "Penalise the generator's pre-sigmoid values beyond +-bound (mean of "
+             "(|x| - bound)^2 over pixels; 0: off), against the start-up collapse in which they sink so far "
+             "below 0 that every image is blank and the generator stops learning. Post-processing: no privacy cost.")
+DEFINE_integer("noise_multiplicity", 1, "Fakes and interpolation weights per real example in the critic's loss, "
+               "averaged within the example before clipping (DPDM's noise multiplicity): the same clip and epsilon, "
+               "about K times the critic's compute. Needs per-example clipping (not --clipping=fast).")
+DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
+DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
+             "(0: off, only with --gan_loss=logistic).")
+DEFINE_string("gan_loss", "wasserstein", "DPGAN: wasserstein (Xie et al.) or logistic (the standard GAN loss with a "
+              "non-saturating generator, as in Bie et al. 2023).")
+DEFINE_string("gan_optimizer", None, "rmsprop or adam (Adam with betas 0.5, 0.9) for critic and generator "
+              "(default: adam for dpwgan_gp as in 004, rmsprop for dpgan as in Xie et al.).")
+DEFINE_float("generator_ema", 0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
+             "Post-processing: no privacy cost.")
+DEFINE_integer("latent_size", 128, "Generator latent dimension.")
+DEFINE_boolean("conditional", False, "Class-conditional GAN (labels are private: they enter the clipped critic).")
+DEFINE_string("generator_path", None, "--mode=sample: a GAN run directory or its generator.keras (default: --output_dir).")
+DEFINE_integer("eval_every", 1, "Score the generator every N epochs for the IS-vs-epsilon curve (0: only at the end).")
+DEFINE_integer("eval_every_steps", 0, "Score every N critic steps instead of every --eval_every epochs (0: off).")
+DEFINE_integer("eval_samples", 2000, "Samples per intermediate score.")
+DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic examples the downstream classifier(s) "
+               "are trained on (--eval_protocol=dpimagebench: the first n - n // 12 of them).")
+DEFINE_integer("downstream_epochs", None, "Conditional: epochs of the downstream classifier(s) (default: 3 for "
+               "--eval_protocol=tfpriv, 50 for dpimagebench as in DPImageBench).")
+DEFINE_string("eval_protocol", "tfpriv", "Conditional: tfpriv (a small CNN trained on the samples, its last "
+              "epoch scored on the test split) or dpimagebench (DPImageBench's: 5,000 training examples held "
+              "out of the GAN's training as a private validation split, its ResNet trained on the samples, the "
+              "epoch chosen on that split with a noisy count, the test split scored once; docs/dpimagebench.md).")
+DEFINE_float("selection_epsilon", None, "--eval_protocol=dpimagebench: epsilon of each classifier's noisy "
+             "epoch selection (Laplace noise of scale 1/epsilon on the count of correct validation "
+             "predictions), added to the run's epsilon (default: the run's epsilon, DPImageBench's rule).")
+DEFINE_integer("classifier_depth", 110, "--eval_protocol=dpimagebench: depth of DPImageBench's ResNet "
+               "(6n + 2; 110 is DPImageBench's).")
+DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
+DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
+DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers, used only where tfpriv's "
+              "shipped copies are missing (default ~/.cache/tfpriv).")
+DEFINE_boolean("public_scores", False, "Also score the samples with an evaluation classifier trained on the test "
+               "split only (metrics *_public: inception score, Frechet distance to the test set, label "
+               "agreement); --tune chooses by these, since the default classifier is trained on the training "
+               "split, the GAN's private data.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,8 @@
 
 A family provides
   * its flags (defined once, in its own module: tfpriv/models/cli.py, tfpriv/gan/cli.py,
-    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py),
+    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py), on tfpriv's own `FLAGS`
+    (`tfpriv.jobs.flags.DEFINE_*`), never absl's global one,
   * a typed settings dataclass whose fields are the flags it reads (`Settings` subclasses),
   * its defaults for shared flags as data (`Job.defaults`, per --model value `Job.model_defaults`),
   * the library parameters whose flag has another name (`Job.flag_names`, e.g. the filter's
@@ -24,6 +25,7 @@ from typing import Any, Callable, Mapping
 from absl import flags
 
 from tfpriv.errors import UsageError
+from tfpriv.jobs.flags import FLAGS
 from tfpriv.run_folder import CHECKPOINTS_DIR
 
 # Flags that choose what train.py does rather than configure a job.
@@ -157,7 +159,7 @@ def tfpriv_flags(flag_values: flags.FlagValues) -> list[str]:
     return names
 
 
-def read_settings(job: Job, flag_values: flags.FlagValues = flags.FLAGS, model: str | None = None, **values):
+def read_settings(job: Job, flag_values: flags.FlagValues = FLAGS, model: str | None = None, **values):
     """The job's typed settings: `values` (explicit), else a flag the user set, else the job's
     default for this --model, else the flag's default. Raises UsageError for a tfpriv flag the
     user set that this job does not read."""
@@ -192,7 +194,7 @@ def read_settings(job: Job, flag_values: flags.FlagValues = flags.FLAGS, model: 
     return job.settings_type(model=model, given=frozenset(given), **out)
 
 
-def flag_message(exc: UsageError, job: Job | None = None, flag_values: flags.FlagValues = flags.FLAGS) -> str:
+def flag_message(exc: UsageError, job: Job | None = None, flag_values: flags.FlagValues = FLAGS) -> str:
     """The one-line message of `exc` for the command line: the library parameter it names
     becomes the job's flag (`batch_size: ...` -> `--vae_batch_size: ...` for the filter)."""
     lines = str(exc).strip().splitlines()

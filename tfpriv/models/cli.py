@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
@@ -14,8 +13,8 @@ from tfpriv.data.pinwheel import SCALE as PINWHEEL_SCALE
 from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
-from tfpriv.jobs import flags as _common_flags  # noqa: F401  (the shared flags this job reads)
 from tfpriv.jobs import pipeline
+from tfpriv.jobs.flags import DEFINE_float, DEFINE_integer, DEFINE_string  # on tfpriv's FLAGS, not absl's
 from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
 from tfpriv.jobs.tuning import FamilyTuning
@@ -31,44 +30,44 @@ from tfpriv.privacy.config import DPConfig
 from tfpriv.run_folder import VAE_DIR
 from tfpriv.training.tuner import Objective
 
-flags.DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
-flags.DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
-flags.DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
-flags.DEFINE_integer("prior_samples", None, "Prior draws per partition in the batch-wise divergence (unset: as many "
-                     "as the partition has members). A constant, so it costs no privacy; more draws lower the "
-                     "variance of the divergence's estimate.")
-flags.DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
-flags.DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
-flags.DEFINE_integer("conv_encoder_units", CONV_ENCODER_UNITS,
-                     "--architecture=conv: width of the encoder's hidden FC layer (most of its weights; the DP "
-                     "noise norm on the encoder grows with the square root of their number).")
-flags.DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
-                    "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
-flags.DEFINE_string("pinwheel_anchor", "none",
-                    "--architecture=pinwheel: none, decoder (the decoder reads z minus the prior's mean, a public "
-                    "constant, through hidden layers without biases) or both (the encoder too: no biases but the "
-                    "log-variance head's, its means offset by the prior's mean, so x = 0 is encoded there) or odd (as "
-                    "both, the means' offset a trainable bias started at the prior's mean).")
-flags.DEFINE_float("pinwheel_posterior_std", None,
-                   "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means "
-                   "only); unset = learned.")
-flags.DEFINE_float("pinwheel_scale", PINWHEEL_SCALE,
-                   "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius ~1). "
-                   "A fixed constant of the generator, not computed from the data.")
-flags.DEFINE_string("likelihood", "auto", "p(x|z): auto (the dataset's), bernoulli (data in [0,1]), gaussian "
-                    "(--obs_std) or laplace (--obs_scale; Mathieu et al.'s Fashion-MNIST likelihood).")
-flags.DEFINE_float("obs_std", 1.0, "Std of the Gaussian likelihood (--likelihood=gaussian).")
-flags.DEFINE_float("obs_scale", 0.1, "Scale b of the Laplace likelihood (--likelihood=laplace; std = sqrt(2) b; "
-                   "0.1 in Mathieu et al.).")
-flags.DEFINE_float("prior_sigma", 0.03, "Component std of the mixture prior.")
-flags.DEFINE_float("prior_gamma", 0.8, "Spike weight gamma of the sparse prior.")
-flags.DEFINE_float("prior_sigma0_sq", 0.05, "Spike VARIANCE sigma0^2 of the sparse prior (the term-wise paper's "
-                   "text: 0.05). Give it or --prior_sigma0, not both.")
-flags.DEFINE_float("prior_sigma0", None, "Spike STANDARD DEVIATION sigma0 of the sparse prior, instead of "
-                   "--prior_sigma0_sq (Mathieu et al.'s code: 0.05, i.e. sigma0^2 = 0.0025).")
-flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
-flags.DEFINE_integer("eval_importance_samples", 100, "K: importance samples for the test log-likelihood.")
-flags.DEFINE_integer("eval_examples", 2000, "Held-out examples used for metrics (0 = all).")
+DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
+DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
+DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
+DEFINE_integer("prior_samples", None, "Prior draws per partition in the batch-wise divergence (unset: as many "
+               "as the partition has members). A constant, so it costs no privacy; more draws lower the "
+               "variance of the divergence's estimate.")
+DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
+DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
+DEFINE_integer("conv_encoder_units", CONV_ENCODER_UNITS,
+               "--architecture=conv: width of the encoder's hidden FC layer (most of its weights; the DP "
+               "noise norm on the encoder grows with the square root of their number).")
+DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
+              "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
+DEFINE_string("pinwheel_anchor", "none",
+              "--architecture=pinwheel: none, decoder (the decoder reads z minus the prior's mean, a public "
+              "constant, through hidden layers without biases) or both (the encoder too: no biases but the "
+              "log-variance head's, its means offset by the prior's mean, so x = 0 is encoded there) or odd (as "
+              "both, the means' offset a trainable bias started at the prior's mean).")
+DEFINE_float("pinwheel_posterior_std", None,
+             "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means "
+             "only); unset = learned.")
+DEFINE_float("pinwheel_scale", PINWHEEL_SCALE,
+             "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius ~1). "
+             "A fixed constant of the generator, not computed from the data.")
+DEFINE_string("likelihood", "auto", "p(x|z): auto (the dataset's), bernoulli (data in [0,1]), gaussian "
+              "(--obs_std) or laplace (--obs_scale; Mathieu et al.'s Fashion-MNIST likelihood).")
+DEFINE_float("obs_std", 1.0, "Std of the Gaussian likelihood (--likelihood=gaussian).")
+DEFINE_float("obs_scale", 0.1, "Scale b of the Laplace likelihood (--likelihood=laplace; std = sqrt(2) b; "
+             "0.1 in Mathieu et al.).")
+DEFINE_float("prior_sigma", 0.03, "Component std of the mixture prior.")
+DEFINE_float("prior_gamma", 0.8, "Spike weight gamma of the sparse prior.")
+DEFINE_float("prior_sigma0_sq", 0.05, "Spike VARIANCE sigma0^2 of the sparse prior (the term-wise paper's "
+             "text: 0.05). Give it or --prior_sigma0, not both.")
+DEFINE_float("prior_sigma0", None, "Spike STANDARD DEVIATION sigma0 of the sparse prior, instead of "
+             "--prior_sigma0_sq (Mathieu et al.'s code: 0.05, i.e. sigma0^2 = 0.0025).")
+DEFINE_string("optimizer", "adam", "sgd or adam.")
+DEFINE_integer("eval_importance_samples", 100, "K: importance samples for the test log-likelihood.")
+DEFINE_integer("eval_examples", 2000, "Held-out examples used for metrics (0 = all).")
 
 DEFAULT_LATENT = {"digits": 8, "mnist": 50, "fashion_mnist": 50, "pinwheel": 2, "adult": 10, "abalone": 4}
 OPTIMIZERS = ("sgd", "adam")
