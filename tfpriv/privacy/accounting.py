@@ -367,9 +367,10 @@ class PrivacyLedger(tf.Module):
         steps_per_epoch, first_step, and `accounted_as` [rate, noise multiplier, count] (what the
         accountant composes). `extra_steps` are added to the current segment (what-if)."""
         rows = [list(r) for r in self.record.history]
-        if self.record.current:
+        taken = int(self.steps.numpy()) + extra_steps
+        if self.record.current and taken > 0:  # a segment begun but without steps spends nothing
             q, noise, scheme, per_epoch, first = self.record.current
-            rows.append([q, noise, int(self.steps.numpy()) + extra_steps, scheme, per_epoch, first])
+            rows.append([q, noise, taken, scheme, per_epoch, first])
         out = []
         for q, noise, steps, scheme, per_epoch, first in rows:
             out.append({"scheme": scheme, "sampling_rate": q, "noise_multiplier": noise, "steps": steps,

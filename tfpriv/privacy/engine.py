@@ -363,6 +363,9 @@ class DPGradientEngine:
                 value = tf.reduce_sum(terms.sample_total() if which == "phi" else terms.batch_total(1))
             return tape.gradient(value, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
+        # No AutoGraph (its control flow is Python's): on Python 3.13 TensorFlow 2.21's converted
+        # nested function is called with an argument it does not take.
+        @tf.autograph.experimental.do_not_convert
         def alone():
             out = []
             if isolate_phi:
