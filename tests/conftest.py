@@ -64,11 +64,27 @@ def saved_flags(**overrides):
 # fast module that is slow itself carries `@pytest.mark.slow`.
 FAST = ("tests/privacy/", "tests/data/", "tests/metrics/", "tests/experiments/", "tests/cli/test_fuzz_flags.py",
         "tests/test_architecture.py", "tests/test_api_docs.py", "tests/test_compat.py")
-SLOW_IN_FAST = ("tests/privacy/test_distributed.py",)  # a process with logical devices
+# Slow tests inside the fast modules (node-id prefixes): processes, whole trainings, big models, the
+# largest parametrizations; each measured at 20 s or more of a loaded worker (--durations).
+SLOW_IN_FAST = (
+    "tests/privacy/test_distributed.py",                      # processes with logical devices
+    "tests/privacy/rules/test_layer_fallback.py::test_recurrent_layers_are_one_unit_of_the_per_layer_fallback",
+    "tests/privacy/rules/test_einsum_dense.py::test_multi_head_attention_trains",
+    "tests/privacy/test_nonfinite.py::test_bad_example_is_dropped_counted_and_bounded",
+    "tests/privacy/test_nonfinite.py::test_conv_ghost_norms_of_an_extreme_example_match_the_jacobian_path",
+    "tests/privacy/test_engine.py::test_termwise_clipped_sums_match_naive_loop[layers-called-twice",
+    "tests/metrics/test_eval_classifier.py", "tests/metrics/test_dpimagebench.py",
+    "tests/metrics/test_resnet.py::test_parameter_count_matches_the_source",
+    "tests/cli/test_fuzz_flags.py::test_a_real_process_prints_one_line_and_no_traceback",
+    "tests/test_compat.py::test_importing_tfpriv_leaves_the_users_keras_alone",
+)
+SLOW_NAMES = ("test_make_private_trains_",)  # a rule's end-to-end make_private training
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = pathlib.Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
-        if not path.startswith(FAST) or path.startswith(SLOW_IN_FAST):
+        node = path + "::" + item.name
+        if (not path.startswith(FAST) or node.startswith(SLOW_IN_FAST) or path.startswith(SLOW_IN_FAST)
+                or item.name.startswith(SLOW_NAMES)):
             item.add_marker(pytest.mark.slow)
