@@ -402,10 +402,13 @@ class GanRun(pipeline.TrainingRun):
             "critic_steps_per_second": (fit["critic_steps"] / (fit["train_seconds"] - fit["scoring_seconds"])
                                         if fit["train_seconds"] > fit["scoring_seconds"] else None),
             "limit_reached": fit["limit_reached"],
-            "eval_seconds": self.eval_seconds, "accounting": "RDP, one Poisson-sampled Gaussian per critic step",
+            "eval_seconds": self.eval_seconds,
+            "accounting": f"{plan.accountant.name.upper()}, " + (
+                "one Poisson-sampled Gaussian per critic step" if plan.sampling == "poisson" else
+                "one Gaussian at half the noise multiplier per epoch of shuffled critic batches"),
             "evaluation": self.protocol_record,
         }
-        if s.model == "dpgan" and plan.config.private:
+        if s.model == "dpgan" and plan.config.private and plan.sampling == "poisson":  # Xie et al. subsample too
             out["dpgan_privacy_comparison"] = privacy_comparison(
                 plan.config.noise_multiplier, plan.sampling_rate, s.critic_steps, plan.delta, s.batch_size, fit["steps"])
         return out
