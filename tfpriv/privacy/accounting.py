@@ -340,6 +340,8 @@ class PrivacyLedger(tf.Module):
         `noise`, or continues the current one if it has the same mechanism (a resumed run).
         SHUFFLE needs `steps_per_epoch` and the global step of the segment's first batch."""
         mechanisms(scheme, q, noise, 0, steps_per_epoch, first_step)  # ConfigError for an unknown scheme
+        if scheme != SHUFFLE:  # only the shuffler's events depend on where the epochs fall
+            steps_per_epoch = first_step = 0
         current = self.record.current
         if current:
             cq, cn, cs, ck, _ = current
