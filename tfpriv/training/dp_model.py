@@ -280,8 +280,7 @@ class DPTraining:
                 raise ConfigError(
                     f"{name}: not supported by a private model: each example's gradient is clipped at C before "
                     "the sum, so a weight above 1 is cut back by the clip and a weight in [0, 1] is undone for "
-                    "any example whose gradient exceeds C; reweight by resampling your arrays instead "
-                    "(each record at most once)")
+                    "any example whose gradient exceeds C (weights applied after clipping are not implemented)")
         split = kwargs.pop("validation_split", 0.0) or 0.0
         if split:
             if not _is_arrays(x):
@@ -296,7 +295,7 @@ class DPTraining:
                 raise ConfigError(f"validation_split: {split:g} holds out the last {n - at} of {n} examples, so "
                                   f"private training sees {at}; make the model with num_examples={at} (the "
                                   f"accountant's N), got {self.num_examples}")
-            train = tf.nest.map_structure(lambda a: a[:at], structure)  # noqa: E731 (numpy, not traced)
+            train = tf.nest.map_structure(lambda a: a[:at], structure)
             kwargs["validation_data"] = tf.nest.map_structure(lambda a: a[at:], structure)
             x, y = (train, None) if y is None else train
         if kwargs.get("validation_data") is not None and not getattr(self, "_said_validation", False):
