@@ -198,17 +198,19 @@ def test_a_runs_export_carries_the_privacy_statement_its_results_record(private_
     stored = json.load(open(os.path.join(run.output_dir, "results.json")))
     statement = stored["privacy_statement"]
     assert _assets_statement(stored["saved_model"]["path"]) == statement == results["privacy_statement"]
-    assert statement["epsilon"][stored["accountant"]] == stored["epsilon"] and statement["private"] is True
+    assert statement["epsilon"][stored["accountant"]] == stored["epsilon"] and statement["dp"] is True
     for key in ("delta", "noise_multiplier", "effective_noise_multiplier", "steps", "l2_norm_clip", "batch_clip"):
         assert statement[key] == stored[key], key
-    assert statement["segments"] == [{"sampling_rate": stored["sampling_rate"], "steps": stored["steps"],
-                                      "effective_noise_multiplier": stored["effective_noise_multiplier"]}]
+    q, z, steps = stored["sampling_rate"], stored["effective_noise_multiplier"], stored["steps"]
+    assert statement["segments"] == [{"scheme": "poisson", "sampling_rate": q, "steps": steps,
+                                      "effective_noise_multiplier": z, "accounted_as": [q, z, steps]}]
+    assert statement["sampling"] == "poisson"
     capsys.readouterr()
     tfpriv.load(run.output_dir)
     out = capsys.readouterr().out
     assert out.startswith("privacy statement: epsilon ") and f"{stored['epsilon']:.4g} (rdp)" in out
     non_private = privae_run[1]["saved_model"]["path"]
-    assert _assets_statement(non_private)["private"] is False and "epsilon" not in _assets_statement(non_private)
+    assert _assets_statement(non_private)["dp"] is False and "epsilon" not in _assets_statement(non_private)
 
 
 @pytest.mark.parametrize("family", ["gan", "filter"])

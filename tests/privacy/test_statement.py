@@ -34,7 +34,7 @@ def test_the_statement_is_the_accountants_and_its_event_composes_to_the_same_eps
 
 def test_a_non_private_model_states_no_epsilon():
     s = privacy_statement([(0.1, 0.0, 5)], tfpriv.DPConfig(aggregation="none"), None)
-    assert s["private"] is False and "epsilon" not in s and "without differential privacy" in describe(s)
+    assert s["dp"] is False and "epsilon" not in s and "without differential privacy" in describe(s)
 
 
 def test_written_into_a_zip_or_a_folder_and_read_back(tmp_path):

@@ -147,7 +147,8 @@ def test_tf_data_progress_bar_save_load_and_export(tmp_path, capsys):
         assert json.load(f) == dp_model.privacy_statement()
     resumed = tfpriv.load_private(str(tmp_path / "m.keras"), LOSS, tfpriv.DPConfig(aggregation="micro",
                                   noise_multiplier=NOISE), N, B)  # a Keras 3 model, its ledger continued
-    assert isinstance(resumed, keras.Model) and resumed.ledger.segments() == [(B / N, NOISE, 2)]
+    assert isinstance(resumed, keras.Model) and resumed.ledger.segments() == [(1.0, NOISE / 2, 2)]  # fixed batches
+    assert dp_model.privacy_statement()["sampling"] == "fixed"
 
 
 class _Bilinear(L.Layer):

@@ -58,7 +58,8 @@ def test_a_record_the_input_screening_missed_is_dropped_and_training_completes(k
     config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0)
     dp_model = tfpriv.make_private(model, loss, config, num_examples=N, batch_size=N, delta=1e-3)  # q = 1
     dp_model.compile(optimizer="sgd", metrics=["accuracy"])
-    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=2, verbose=0)
+    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=2, verbose=0,
+                           sampling="poisson")  # q = 1: every example in every batch
     assert history.history["dropped"] == [1.0, 1.0]                        # used to raise InvalidArgumentError
     assert np.all(np.isfinite(history.history["loss"])) and len(history.history["epsilon"]) == 2
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
@@ -80,7 +81,8 @@ def test_a_nested_embeddings_bad_id_is_dropped_on_the_other_paths(clipping):
     config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, clipping=clipping)
     dp_model = tfpriv.make_private(model, loss, config, num_examples=N, batch_size=N, delta=1e-3)
     dp_model.compile(optimizer="sgd")
-    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=1, verbose=0)
+    history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=1, verbose=0,
+                           sampling="poisson")  # q = 1
     assert history.history["dropped"] == [1.0] and np.isfinite(history.history["loss"][0])
 
 

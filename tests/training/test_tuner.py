@@ -192,10 +192,14 @@ def test_the_released_runs_privacy_statement_carries_the_jobs_budget(tmp_path):
     job = TuningJob(with_statement, _event, space, objective=ACCURACY, trials=TrialCount("geometric", 3), delta=1e-3,
                     seed=1)
     released = job.run(str(tmp_path))
-    expected = {**statement, "tuning": released["privacy"]}  # the job's epsilon, no trial count
+    job = released["privacy"]
+    expected = {**statement, "tuning": {"job_epsilon": job["epsilon"], "delta": job["delta"], "accountant": "rdp",
+                                        "count_distribution": job["trial_count"], "count_cap": job.get("max_trials"),
+                                        "bound": "Papernot & Steinke 2022: a random number of runs, the best one "
+                                                 "released"}}  # the job's budget, no trial count
     assert json.loads((tmp_path / "best" / "results.json").read_text())["privacy_statement"] == expected
     assert json.loads((tmp_path / "best" / "saved_model" / "assets" / "privacy_statement.json").read_text()) == expected
-    assert "trials_run" not in expected["tuning"] and expected["tuning"]["epsilon"] > statement["epsilon"]["rdp"]
+    assert "trials_run" not in expected["tuning"] and expected["tuning"]["job_epsilon"] > statement["epsilon"]["rdp"]
 
 
 def test_an_order_without_a_bound_is_left_out_not_fatal():

@@ -10,7 +10,7 @@ The accountant assumes a fresh, independent sample at every step, so the batch o
 step s is a function of (seed, s) alone: `default_rng([seed, s])` (shuffling: the permutation
 of epoch s // steps_per_epoch). A resumed run passes `start_step` = the steps already taken
 and draws exactly the batches the uninterrupted run would have drawn, never a replay; a
-Poisson dataset iterated again continues after the last step it drew. `new_sampling_seed()`
+Poisson dataset given to several fits starts each at the model's step count. `new_sampling_seed()`
 draws the seed from the OS when the user gives none; the runner checkpoints it with the ledger.
 
 Every dataset made here carries a `Sampled` tag (`sampled_by`): how its batches were drawn,
@@ -40,8 +40,9 @@ SAMPLINGS = ("poisson", "shuffle")
 @dataclasses.dataclass
 class Sampled:
     """How tfpriv drew a dataset's batches: `scheme` ("poisson" or "shuffle"), the rate
-    q = B / `num_examples`, `steps_per_epoch`, and `next_step`, the global step whose batch the
-    next iteration draws first (a Poisson dataset advances it as it draws)."""
+    q = B / `num_examples`, `steps_per_epoch`, and `next_step`, the global step whose batch an
+    iteration started now draws first (a private `fit` sets it to the model's step count, so a
+    dataset used by several fits never draws a step's batch twice, whatever was prefetched)."""
 
     scheme: str
     sampling_rate: float
@@ -102,10 +103,11 @@ def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0
     tag = Sampled("poisson", sampling_rate, n, max(1, round(1 / sampling_rate)), start_step)
 
     def generate():
-        while True:  # each draw takes the tag's next step, so iterating again never replays a step
-            step, tag.next_step = tag.next_step, tag.next_step + 1
+        step = tag.next_step  # read when an iteration starts: `fit` sets it to the model's step count
+        while True:
             idx = np.flatnonzero(np.random.default_rng([seed, step]).random(n) < sampling_rate)
             yield tuple(p[idx] for p in parts)
+            step += 1
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
     return _tagged(_global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)), tag)
@@ -114,9 +116,9 @@ def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0
 def poisson_batches(x, y=None, *, batch_size: int, seed: int | None = None) -> tf.data.Dataset:
     """Endless Poisson-sampled batches of `x` (and `y`) at rate q = batch_size / len(x), tagged so
     that a private model's `fit` accounts them as Poisson steps (`fit(dataset, steps_per_epoch=...)`).
-    The batch of global step s is a function of (seed, s); `fit` starts the dataset at the model's
-    step count, so no step's batch is drawn twice. Transforming the result (`map`, ...) drops the
-    tag; transform the arrays before instead.
+    The batch of global step s is a function of (seed, s); each `fit` starts the dataset at the
+    model's step count, so no step's batch is used twice. Transforming the result (`map`, ...) drops
+    the tag; transform the arrays before instead.
 
     Example:
         >>> import numpy as np

@@ -342,13 +342,22 @@ class PrivacyLedger(tf.Module):
         mechanisms(scheme, q, noise, 0, steps_per_epoch, first_step)  # ConfigError for an unknown scheme
         if scheme != SHUFFLE:  # only the shuffler's events depend on where the epochs fall
             steps_per_epoch = first_step = 0
+        def same(row) -> bool:
+            return (math.isclose(row[0], q, rel_tol=1e-12) and math.isclose(row[1], noise, rel_tol=1e-12)
+                    and row[-3] == scheme and row[-2] == steps_per_epoch)
+
         current = self.record.current
         if current:
-            cq, cn, cs, ck, _ = current
-            if (math.isclose(cq, q, rel_tol=1e-12) and math.isclose(cn, noise, rel_tol=1e-12) and cs == scheme
-                    and ck == steps_per_epoch):
+            if same(current):
                 return
             self._fold()
+        history = self.record.history
+        if history and scheme != SHUFFLE and same(history[-1]):
+            # nothing ran since that segment (a fit after a fit): it continues
+            q, noise, steps, scheme, steps_per_epoch, first_step = history.pop()
+            self.record.current = [q, noise, scheme, steps_per_epoch, first_step]
+            self.steps.assign(steps)
+            return
         self.record.current = [q, noise, scheme, int(steps_per_epoch), int(first_step)]
         self.steps.assign(0)
 

@@ -81,14 +81,14 @@ def privacy_statement(segments: Sequence[Segment] | Sequence[Mapping], config: D
 
     `delta`: the delta epsilon is stated at; `accountants`: dp_accounting's methods epsilon is
     given by (`get_accountant` names); `extras`: further keys (e.g. `tuning`: a tuning job's budget).
-    A model trained without DP gets `private: false` and no epsilon.
+    A model trained without DP gets `dp: false` and no epsilon.
     """
     rows = [dict(r) if isinstance(r, Mapping) else
             {"scheme": "poisson", "sampling_rate": r[0], "noise_multiplier": r[1], "steps": r[2],
              "accounted_as": [r[0], r[1], r[2]]} for r in segments]
     rows = [r for r in rows if int(r["steps"]) > 0]
     segments = [(float(q), float(z), int(n)) for q, z, n in (r["accounted_as"] for r in rows)]
-    out: dict[str, Any] = {"format": FORMAT, "tfpriv_version": tfpriv.__version__, "private": config.private,
+    out: dict[str, Any] = {"format": FORMAT, "tfpriv_version": tfpriv.__version__, "dp": config.private,
                            "aggregation": config.aggregation}
     if config.private:
         event = training_event(segments)
@@ -131,7 +131,7 @@ def describe(statement: Mapping) -> str:
     """One line: epsilon per accountant at delta, the mechanism and its settings, a tuning job's epsilon, the
     export's own guarantee where the run states one, the version."""
     version = f"tfpriv {statement.get('tfpriv_version')}"
-    if not statement.get("private"):
+    if not statement.get("dp"):
         return f"privacy statement: trained without differential privacy (no epsilon; {version})"
     eps = ", ".join(f"{v:.4g} ({k})" if isinstance(v, (int, float)) else f"{v} ({k})"
                     for k, v in statement["epsilon"].items())

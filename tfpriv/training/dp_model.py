@@ -323,7 +323,7 @@ class DPTraining:
                 self.ledger.begin(q, noise, SHUFFLE, tag.steps_per_epoch, steps)
                 tag.next_step = -1  # one fit only: its epochs are counted from this start
                 return
-            tag.next_step = max(tag.next_step, steps)  # never a step's batch drawn twice
+            tag.next_step = steps  # this fit's first batch is the model's next step: none used twice
             self.ledger.begin(q, noise, POISSON)
             return
         if sampling == "poisson":

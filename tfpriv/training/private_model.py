@@ -105,7 +105,7 @@ def load_private(filepath: str, loss: LossLike, config: DPConfig, num_examples: 
     if not os.path.exists(filepath):
         raise ConfigError(f"filepath: {filepath} does not exist")
     statement = read_statement(filepath)
-    known = statement is not None and statement.get("private")
+    known = statement is not None and statement.get("dp")
     if not known and prior_privacy is None:
         what = "carries no privacy statement" if statement is None else "was trained without differential privacy"
         raise ConfigError(f"prior_privacy: {filepath} {what}, so what its weights already cost is unknown; give "

