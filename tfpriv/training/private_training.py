@@ -110,10 +110,11 @@ class PrivateTraining(DPTraining):
         return class_labels(y, y_pred_shape, indices)
 
     def build_extra(self, sample_batch) -> None:
-        """Warns in one line when a probability loss gets logits (`logits_warning`), read on the
-        public batch `prepare` passes: no record decides whether the line is printed."""
+        """Builds this wrapper (called once on the public batch `prepare` passes, so Keras' weight
+        saving, e.g. ModelCheckpoint, finds it built) and warns in one line when a probability loss
+        gets logits (`logits_warning`): no record decides whether the line is printed."""
         kind = probability_loss(self.per_example_loss)
-        y_pred = self.model(_unpack(sample_batch)[0], training=False) if kind else None
+        y_pred = self(_unpack(sample_batch)[0], training=False)
         line = logits_warning(kind, y_pred) if isinstance(y_pred, tf.Tensor) else None
         if line:
             print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
