@@ -129,7 +129,11 @@ def test_nothing_under_best_names_a_trial_a_count_or_a_private_path(tmp_path, ca
     released = json.loads((out / "best" / "results.json").read_text())
     original = json.loads((trial / "results.json").read_text())
     assert released["saved_model"]["path"] == str(out / "best" / "saved_model") and released["seed"] is None
-    assert {**released, "saved_model": None} == {**original, "saved_model": None}
+    statement = released["privacy_statement"]
+    assert {k: v for k, v in statement.items() if k != "tuning"} == original["privacy_statement"]
+    assert statement["tuning"]["job_epsilon"] > statement["epsilon"]["rdp"]    # the job's budget is added
+    assert {**released, "saved_model": None, "privacy_statement": None} == \
+        {**original, "saved_model": None, "privacy_statement": None}
     assert tfpriv.load(str(out / "best")) is not None
 
 

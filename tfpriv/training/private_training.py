@@ -115,7 +115,7 @@ class PrivateTraining(DPTraining):
         gets logits (`logits_warning`): no record decides whether the line is printed."""
         kind = probability_loss(self.per_example_loss)
         y_pred = self(_unpack(sample_batch)[0], training=False)
-        line = logits_warning(kind, y_pred) if isinstance(y_pred, tf.Tensor) else None
+        line = logits_warning(kind, y_pred) if kind and isinstance(y_pred, tf.Tensor) else None
         if line:
             print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
 
