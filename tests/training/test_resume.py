@@ -155,3 +155,24 @@ def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path):
     run(1)
     out = run(2)
     assert out["epsilon"] == pytest.approx(3.0, rel=1e-3) and out["plan"].steps_taken == 10
+
+
+def test_a_checkpoint_written_before_the_selections_total_still_resumes(tmp_path, monkeypatch):
+    """Run folders written before `RunState.selection_epsilon` existed resume (the same objects without
+    it, total 0) and continue step for step, instead of a traceback from the checkpoint's matching."""
+    from tfpriv.training import runner
+    straight, out = _vae_run(tmp_path / "straight", epochs=2)
+    new_layout = runner.RunState.__init__
+
+    def old_layout(self, sampling_seed):
+        new_layout(self, sampling_seed)
+        del self.selection_epsilon
+
+    monkeypatch.setattr(runner.RunState, "__init__", old_layout)
+    _vae_run(tmp_path / "old", epochs=1)
+    monkeypatch.undo()
+    ckpt = runner.tf.train.latest_checkpoint(str(tmp_path / "old" / "checkpoints"))
+    assert runner.SELECTION_EPSILON_KEY not in runner.tf.train.load_checkpoint(ckpt).get_variable_to_dtype_map()
+    resumed, out2 = _vae_run(tmp_path / "old", epochs=2)
+    assert out2["resumed"] and out2["train_steps"] == out["train_steps"] and out2["epsilon"] == out["epsilon"]
+    _assert_identical(_weights(resumed.variables), _weights(straight.variables))
