@@ -31,6 +31,16 @@ def test_epsilon_matches_dp_accounting(q, noise, steps, delta):
                                                                    rel=1e-9)
 
 
+def test_rdp_epsilon_is_dp_accountings_composition_of_the_training_event_to_the_last_bit():
+    """The one-step curves are cached (fit computes epsilon every epoch): the sum over segments is the
+    float dp_accounting's own composition of the same event gives, mixed rates, q = 1, repeats."""
+    segments = [(0.01, 1.1, 700), (1.0, 0.55, 3), (0.01, 1.1, 300), (0.2, 4.0, 1), (0.01, 0.8, 0), (0.05, 1.3, 41)]
+    for delta in (1e-5, 1e-7):
+        reference = acc.RDP.fresh().compose(acc.training_event(segments)).get_epsilon(delta)
+        assert acc.RDP.epsilon(segments, delta) == reference
+        assert acc.RDP.epsilon(segments, delta) == reference  # from the cache
+
+
 def test_full_batch_gaussian_matches_closed_form_rdp():
     """q=1, one step: RDP(a) = a / (2 s^2); dp_accounting's conversion (Balle et al. 2020)."""
     s, delta = 3.0, 1e-5

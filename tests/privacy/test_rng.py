@@ -58,6 +58,21 @@ def test_philox_is_tensorflows_philox():
     np.testing.assert_array_equal(mine, ref)
 
 
+def test_a_draws_key_is_philox_of_the_step_state_and_the_draws_number():
+    """The k-th draw of a step is keyed by Philox(stream key, (state counter, k, 0x5EED)): the kernel
+    op that derives it gives the element-wise `philox` bits (the keys of earlier releases)."""
+    from tfpriv.privacy.rng import _STEP_KEY, _words, philox
+    g = stream_generator(5, "loss")
+    with g.step():
+        state = g._scope.state
+        keys = [g._draw_key() for _ in range(3)]
+    lo, hi = _words(state[0])
+    for call, key in enumerate(keys):
+        bits = philox(_words(state[2]), tf.stack([lo, hi, tf.constant(call, tf.uint32),
+                                                  tf.constant(_STEP_KEY, tf.uint32)])).numpy()
+        assert int(key.numpy()) == int(bits[0]) | int(bits[1]) << 32
+
+
 def _step_draws(n: int, seed: int = 3):
     g = stream_generator(seed, "loss")
     with g.step():

@@ -9,6 +9,7 @@ import pytest
 import tfpriv
 from tfpriv.audit.sweep import build_vae
 from tfpriv.compat import keras
+from tfpriv.errors import ConfigError
 from tfpriv.models.architectures import build_architecture
 from tfpriv.models.vae import VAE
 from tfpriv.privacy.accounting import RDP
@@ -53,6 +54,15 @@ def test_a_budget_stop_prints_epsilon_and_steps(capsys):
             "one more step would exceed the budget") in capsys.readouterr().out
     with pytest.raises(BudgetExhausted, match=f"spent so far: epsilon = {spent:.4g} at delta = 0.001 after 6 steps"):
         dp_model.fit(x, y, epochs=1, verbose=0)                        # nothing left: refused
+
+
+def test_a_budget_with_several_steps_per_execution_is_refused_naming_it():
+    """The budget is checked between executions: several steps in one could overshoot it."""
+    dp_model, x, y = _private(max_epsilon=5.0)
+    dp_model.compile(optimizer="sgd", steps_per_execution=2)
+    with pytest.raises(ConfigError, match="^steps_per_execution: max_epsilon=5 is checked before every step"):
+        dp_model.fit(x, y, epochs=1, verbose=0)
+    assert dp_model.ledger.total_steps == 0
 
 
 N_VAE = 200

@@ -15,6 +15,7 @@ discretised at 1e-4, pessimistic rounding, so still an upper bound); `get_accoun
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -234,6 +235,22 @@ class RdpAccounting(Accountant):
     def fresh(self) -> dp_accounting.PrivacyAccountant:
         return dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
 
+    def _epsilon(self, segments: Iterable[Segment], delta: float) -> float:
+        # dp_accounting composes `steps` steps as `rdp += steps * curve(q, z)`; the same sum over
+        # cached one-step curves gives the same floats without recomputing each curve's series (0.2 s
+        # at q = 0.05), which `fit` does every epoch and `max_steps_within` at every bisection step.
+        rdp, any_step = np.zeros(len(DEFAULT_ORDERS)), False
+        for q, noise, steps in segments:
+            if steps <= 0 or q <= 0:
+                continue
+            if noise <= 0:
+                return math.inf
+            rdp += int(steps) * _one_step_curve(float(q), float(noise))
+            any_step = True
+        if not any_step:
+            return 0.0
+        return float(dp_accounting.rdp.compute_epsilon(DEFAULT_ORDERS, rdp, delta)[0])
+
     def curve(self, event: dp_accounting.DpEvent) -> np.ndarray:
         """The event's RDP at each of `DEFAULT_ORDERS` (inf where dp_accounting's series does not
         converge): what a composition over a random choice of events (tuning) takes the maximum of."""
@@ -241,6 +258,14 @@ class RdpAccounting(Accountant):
             accountant = self.fresh()
             accountant.compose(event)
         return np.asarray(accountant._rdp)  # the composed curve; dp_accounting has no public getter
+
+
+@functools.lru_cache(maxsize=256)
+def _one_step_curve(q: float, noise: float) -> np.ndarray:
+    """dp_accounting's RDP curve of one step (`_event(q, noise, 1)`) at `DEFAULT_ORDERS` (read-only)."""
+    curve = RDP.curve(_event(q, noise, 1))
+    curve.setflags(write=False)
+    return curve
 
 
 class PldAccounting(Accountant):

@@ -443,8 +443,18 @@ class DPGradientEngine:
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             first = tf.cast(tf.equal(ctx.replica_id_in_sync_group, 0), tf.float32)
-        return [g + self.generator.normal_once(tf.shape(g), stddev=std * first, dtype=g.dtype)
-                for g, std in zip(grads, stds)]
+        # One draw for all the variables of a dtype, split: a draw per variable costs a key, a kernel
+        # and the Box-Muller ops each, the fixed per-step cost of a small model (bench/noise_draw.py).
+        noisy = list(grads)
+        by_dtype: dict[tf.DType, list[int]] = {}
+        for i, g in enumerate(grads):
+            by_dtype.setdefault(g.dtype, []).append(i)
+        for dtype, members in by_dtype.items():
+            sizes = [grads[i].shape.num_elements() for i in members]
+            z = self.generator.normal_once([sum(sizes)], dtype=dtype)
+            for i, piece in zip(members, tf.split(z, sizes)):
+                noisy[i] = grads[i] + tf.reshape(piece, tf.shape(grads[i])) * tf.cast(stds[i] * first, dtype)
+        return noisy
 
     def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size,
               ok: tf.Tensor | None = None) -> dict[str, tf.Tensor]:

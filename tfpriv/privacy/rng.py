@@ -57,6 +57,7 @@ def box_muller(u_radius: tf.Tensor, u_angle: tf.Tensor, scale=1.0) -> tuple[tf.T
 _M = (0xD2511F53, 0xCD9E8D57)  # Philox4x32-10's multipliers and key increments (Salmon et al. 2011)
 _W = (0x9E3779B9, 0xBB67AE85)
 _STEP_KEY = 0x5EED  # tags the counter that derives a (step, call)'s key
+PHILOX = 1  # TensorFlow's id of the Philox algorithm in its stateless kernels (`tf.random.Algorithm.PHILOX`)
 
 
 def philox(key: tuple[tf.Tensor, tf.Tensor], counter: tf.Tensor) -> tf.Tensor:
@@ -163,19 +164,21 @@ class StreamGenerator(tf.random.Generator):
         finally:
             scope.calls, scope.replay = saved
 
-    def _draw_key(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """The Philox key words of the next draw: derived from (step state, call number)."""
+    def _draw_key(self) -> tf.Tensor:
+        """The Philox key (uint64) of the next draw: derived from (step state, call number)."""
         scope = self._scope
         if scope is None:
             state, call = self.skip(1), 0
         else:
             state, call = scope.state, scope.calls
             scope.calls += 1
-        key = _words(state[2])
-        lo, hi = _words(state[0])
-        counter = tf.stack([lo, hi, tf.constant(call, tf.uint32), tf.constant(_STEP_KEY, tf.uint32)])
-        bits = philox(key, counter)
-        return bits[0], bits[1]
+        # Philox(state key, counter words (state counter lo, hi, call, _STEP_KEY)): one kernel op (the
+        # element-wise `philox` is ~140 small ops, paid at every draw of every step).
+        as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)  # noqa: E731
+        counter = tf.stack([as_u64(state[0]), tf.constant(call | _STEP_KEY << 32, tf.uint64)])
+        words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=[1], key=tf.reshape(as_u64(state[2]), [1]), counter=counter, alg=PHILOX, dtype=tf.uint64)
+        return words[0]
 
     def _row_ids(self, n: tf.Tensor) -> tf.Tensor:
         """Slots of this draw's n rows: the replayed rows, else 0..n-1 after the rows of the
@@ -187,7 +190,7 @@ class StreamGenerator(tf.random.Generator):
 
     def _bits(self, rows: tf.Tensor, groups: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
         """uint32 [len(rows), 4 * ceil(width / 4)]: row r of group g from counters (block, r, g, 0)."""
-        key = self._draw_key()
+        key = _words(self._draw_key())
         size = tf.stack([tf.shape(rows, tf.int64)[0], (tf.cast(width, tf.int64) + 3) // 4])
         block = tf.broadcast_to(tf.range(size[1])[None, :], size)
         row = tf.broadcast_to(rows[:, None], size)
@@ -255,9 +258,7 @@ class StreamGenerator(tf.random.Generator):
         n = tf.reduce_prod(shape)
         half = (n + 1) // 2
         work = dtype if dtype in (tf.float32, tf.float64) else tf.float32
-        k0, k1 = self._draw_key()
-        key = tf.bitwise.bitwise_or(tf.cast(k0, tf.uint64),
-                                    tf.bitwise.left_shift(tf.cast(k1, tf.uint64), tf.constant(32, tf.uint64)))
+        key = self._draw_key()
         u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.stack([2, half]), key=tf.reshape(key, [1]),
                                                 counter=tf.zeros([2], tf.uint64), alg=self.algorithm, dtype=work)
         z = tf.concat(box_muller(u[0], u[1], tf.cast(stddev, work)), 0)[:n]

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import keras
+from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import RDP, Accountant, PrivacyLedger
 
 
@@ -33,10 +34,15 @@ class PrivacyCallback(keras.callbacks.Callback):
         if max_epsilon is not None:
             self.allowed = ledger.steps_within(max_epsilon, delta, accountant)
             self.budget_reached = self.allowed == 0
-        self.start_steps = int(ledger.steps.numpy())
+        self.taken = 0  # steps this fit took: one per batch (steps_per_execution 1, checked at train begin)
+        # The batch hooks read no logs: Keras need not copy them to the host (and wait for the step) at each batch.
+        self._supports_tf_logs = True
 
     def on_train_begin(self, logs=None):
-        self.start_steps = int(self.ledger.steps.numpy())
+        self.taken = 0
+        if self.allowed is not None and (k := steps_per_execution(self.model)) != 1:
+            raise ConfigError(f"steps_per_execution: {self.budget_name}={self.max_epsilon:g} is checked before every "
+                              f"step, so a private model with a budget runs one step per execution; got {k}")
         if self.budget_reached:
             raise BudgetExhausted(self.exhausted_message())
 
@@ -45,7 +51,9 @@ class PrivacyCallback(keras.callbacks.Callback):
             raise BudgetExhausted(self.exhausted_message())
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.allowed is not None and int(self.ledger.steps.numpy()) - self.start_steps >= self.allowed:
+        # Counted on the host, without reading the ledger (which would wait for each step to finish).
+        self.taken += 1
+        if self.allowed is not None and self.taken >= self.allowed:
             self.budget_reached = True
             self.model.stop_training = True
 
@@ -81,6 +89,17 @@ def loggable(epsilon: float) -> float:
     float32's range (e.g. 6e61 with a noise multiplier of 1e-30) is logged as inf (the accountant's
     value is kept in `results.json`)."""
     return epsilon if epsilon <= np.finfo(np.float32).max else math.inf
+
+
+def steps_per_execution(model) -> int | str:
+    """The train steps one execution of `model`'s train function runs (Keras 2 keeps a variable,
+    Keras 3 an int; "auto" when Keras 2 tunes it)."""
+    if getattr(model, "_autotune_steps_per_execution", False):
+        return "auto"
+    value = getattr(model, "_steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "steps_per_execution", 1)
+    return int(value.numpy()) if hasattr(value, "numpy") else int(value or 1)
 
 
 class BudgetExhausted(Exception):
