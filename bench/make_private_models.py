@@ -1,20 +1,22 @@
-"""Examples/s of `tfpriv.make_private` + `fit` against the same model's non-private `fit`, on three
-models people write: a small convnet (MNIST-shaped), an Embedding -> LSTM text classifier and a
-2-block transformer encoder.
+"""Examples/s of `tfpriv.make_private` + `fit` against the same model's non-private `fit`, on the
+models people write: a small convnet (MNIST-shaped), an Embedding -> LSTM (or GRU) text classifier, a
+2-block transformer encoder, and the README's MLP on the bundled digits (B = 64, fits of 10 epochs:
+the fixed cost of a step, which small models show).
 
 Each model is built twice from the same seed (one wrapped by `make_private`, clipping "auto", micro,
 C = 1, z = 1, Poisson batches of expected size B; one compiled as it is) and each side runs
 `fit(epochs=1)` over N = B * steps examples. After one untimed `fit` per side (tracing), the sides
 take turns for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of
 the per-round ratio private / non-private (higher is better), with the 1-minute load average at
-its start and end. The reference is `bench/opacus_models.py` (the same models in PyTorch with
+its start and end, and the seconds of each side's first fit (tracing, and for the private side the
+engine's check of its clipping path) with their ratio `first_fit_ratio` (private / non-private). The reference is `bench/opacus_models.py` (the same models in PyTorch with
 Opacus, same B and shapes).
 
-The builders take the Keras module as an argument, so the same functions build Keras 3 models
-(`import keras`) once `make_private` accepts them.
+The builders take the Keras module as an argument: `--keras=3` builds every model in Keras 3
+(`import keras`, which `make_private` returns as a Keras 3 model).
 
     python bench/make_private_models.py [--batch_size=256] [--steps=2] [--rounds=3] [--only=convnet,lstm]
-        [--out=experiments/throughput/make_private_models.jsonl]
+        [--keras=2] [--out=experiments/throughput/make_private_models.jsonl]
     python bench/make_private_models.py --quick     # smoke test: tiny sizes, structure only
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +37,7 @@ import tfpriv  # noqa: E402
 from bench.model_sizes import QUICK_SIZES, SIZES  # noqa: E402
 from bench.rounds import interleaved, load_average, print_row, summary  # noqa: E402
 from tfpriv.compat import keras as tf_keras  # noqa: E402
+from tfpriv.data import load_dataset  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 256, "B: expected (private) and fixed (non-private) batch size")
@@ -42,6 +46,9 @@ flags.DEFINE_integer("rounds", 3, "interleaved rounds")
 flags.DEFINE_list("only", [], "models to run (default: all of MODELS)")
 flags.DEFINE_string("out", "experiments/throughput/make_private_models.jsonl", "JSON lines appended here")
 flags.DEFINE_bool("quick", False, "smoke test: tiny models and batches, one round")
+flags.DEFINE_enum("keras", "2", ["2", "3"], "the Keras the models are built in (2: tf_keras; 3: keras)")
+
+README_BATCH, README_EPOCHS = 64, 10  # the README's make_private example
 
 
 def convnet(keras, s: dict):
@@ -79,20 +86,40 @@ def transformer(keras, s: dict, blocks: int = 2):
     return keras.Model(tokens, L.Dense(2)(L.GlobalAveragePooling1D()(h)))
 
 
-MODELS = {"convnet": convnet, "lstm": lstm, "transformer": transformer}
+def gru(keras, s: dict):
+    """Embedding(vocab, width) -> GRU(width) -> Dense(2) on [length] token ids."""
+    L = keras.layers
+    return keras.Sequential([L.Input([s["length"]], dtype="int32"), L.Embedding(s["vocab"], s["width"]),
+                             L.GRU(s["width"]), L.Dense(2)])
+
+
+def readme_mlp(keras, s: dict):
+    """The README's make_private model: Dense(32, relu) -> Dense(10) on 8x8 digits."""
+    L = keras.layers
+    return keras.Sequential([L.Input([64]), L.Dense(32, activation="relu"), L.Dense(10)])
+
+
+MODELS = {"convnet": convnet, "lstm": lstm, "gru": gru, "transformer": transformer, "readme_mlp": readme_mlp}
 
 
 def data(model: str, n: int, s: dict, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
+    if model == "readme_mlp":
+        digits = load_dataset("digits")
+        return digits.x_train.reshape(len(digits.x_train), -1), digits.labels_train["label"]
     if model == "convnet":
         return rng.random((n, s["image"], s["image"], 1), dtype=np.float32), rng.integers(0, 10, n)
     return rng.integers(0, s["vocab"], (n, s["length"])).astype(np.int32), rng.integers(0, 2, n)
 
 
-def fits(name: str, s: dict, b: int, steps: int, keras=tf_keras) -> dict:
-    """{"private": fit once, "non-private": fit once}, each traced by one untimed fit first."""
-    n = b * steps
-    x, y = data(name, n, s)
+def fits(name: str, s: dict, b: int, steps: int, keras=tf_keras) -> tuple[dict, dict]:
+    """({"private": fit once, "non-private": fit once}, seconds of each side's first, untimed fit).
+    The README MLP fits its digits for 10 epochs at B = 64 (the README's example), the others one
+    epoch over N = B * steps examples."""
+    epochs = README_EPOCHS if name == "readme_mlp" else 1
+    b = README_BATCH if name == "readme_mlp" else b
+    x, y = data(name, b * steps, s)
+    n = len(x)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     keras.utils.set_random_seed(0)
     private = tfpriv.make_private(MODELS[name](keras, s), loss,
@@ -104,15 +131,19 @@ def fits(name: str, s: dict, b: int, steps: int, keras=tf_keras) -> dict:
     plain.compile(optimizer="adam", loss=loss)
 
     def run_private() -> int:
-        private.fit(x, y, epochs=1, verbose=0)
-        return n  # N/B Poisson batches: N examples in expectation
+        private.fit(x, y, epochs=epochs, verbose=0)
+        return n * epochs  # N/B Poisson batches an epoch: N examples in expectation
 
     def run_plain() -> int:
-        plain.fit(x, y, batch_size=b, epochs=1, verbose=0, shuffle=False)
-        return n
+        plain.fit(x, y, batch_size=b, epochs=epochs, verbose=0, shuffle=False)
+        return n * epochs
 
-    run_private(), run_plain()
-    return {"private": run_private, "non-private": run_plain}
+    first = {}
+    for side, run in (("private", run_private), ("non-private", run_plain)):
+        start = time.perf_counter()
+        run()
+        first[side] = time.perf_counter() - start
+    return {"private": run_private, "non-private": run_plain}, first
 
 
 def main(argv):
@@ -120,13 +151,20 @@ def main(argv):
     s, b, steps, rounds = SIZES, FLAGS.batch_size, FLAGS.steps, FLAGS.rounds
     if FLAGS.quick:
         s, b, steps, rounds = QUICK_SIZES, 8, 1, 1
+    keras = tf_keras
+    if FLAGS.keras == "3":
+        import keras  # noqa: F811 (Keras 3 on TensorFlow's backend)
     header = {"command": "python bench/make_private_models.py " + " ".join(sys.argv[1:]),
-              "tensorflow": tf.__version__, "cpus": os.cpu_count(), "batch_size": b, "steps": steps, "sizes": s}
+              "tensorflow": tf.__version__, "keras": keras.__version__, "cpus": os.cpu_count(), "steps": steps,
+              "sizes": s}
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     for name in FLAGS.only or list(MODELS):
         start = load_average()
-        rates = interleaved(fits(name, s, b, steps), rounds)
-        row = summary("tfpriv", name, rates["private"], rates["non-private"], **header,
+        runs, first = fits(name, s, b, steps, keras)
+        rates = interleaved(runs, rounds)
+        batch = README_BATCH if name == "readme_mlp" else b
+        row = summary("tfpriv", name, rates["private"], rates["non-private"], **header, batch_size=batch,
+                      first_fit_seconds=first, first_fit_ratio=first["private"] / first["non-private"],
                       load_average_start=start, load_average_end=load_average())
         print_row(row)
         with open(FLAGS.out, "a") as f:

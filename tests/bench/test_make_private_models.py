@@ -17,4 +17,6 @@ def test_quick_run_appends_one_row_per_model_with_ratio_iqr_and_load(tmp_path):
     for key in ("private_examples_per_s", "nonprivate_examples_per_s", "ratio"):
         assert 0 < row[key]["q1"] <= row[key]["median"] <= row[key]["q3"]
     assert row["load_average_start"] >= 0 and row["load_average_end"] >= 0
+    assert row["first_fit_seconds"]["private"] > 0 and row["first_fit_seconds"]["non-private"] > 0
+    assert row["first_fit_ratio"] == row["first_fit_seconds"]["private"] / row["first_fit_seconds"]["non-private"]
     assert "tfpriv: clipping auto: fast for " in proc.stderr
