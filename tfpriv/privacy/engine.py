@@ -545,7 +545,7 @@ class DPGradientEngine:
             why = PER_EXAMPLE_NOT_EXACT
         else:
             return
-        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
+        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size, use_pfor=False)
         self._compare_norms(checked, slow, psi is not None, rtol, why)
 
     def _check_discrete_locality(self, loss_fn: LossFn, inputs, layout: BatchLayout) -> None:
@@ -584,7 +584,7 @@ class DPGradientEngine:
     def _choose_path(self, loss_fn, inputs, layout: BatchLayout, batch_size, tape, phi, psi, rtol: float) -> None:
         """`auto`: keeps `fast` if its norms equal the per-example Jacobian's, else switches to
         `per_example` if its norms do (else refuses); prints one line saying which path each layer takes."""
-        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size)
+        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size, use_pfor=False)
         with pfor_rules.paths_taken() as taken:
             fast = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
             try:
