@@ -10,6 +10,7 @@ the stage.
 
     python bench/profile_step.py [--architecture=conv] [--aggregation=termwise] [--batch_size=256] [--rounds=7]
     python bench/profile_step.py --architecture=conv_classifier    # tfpriv.make_private, micro
+    python bench/profile_step.py --architecture=transformer        # bench/make_private_models.py's models
 
 The VAEs (mlp, conv) carry the MMD batch term; the classifiers (bench/throughput.py's MLP
 classifier on tfpriv's engine, and its conv classifier behind `tfpriv.make_private`) have only a
@@ -33,8 +34,9 @@ from bench.throughput import IMAGE, _Classifier, _convnet, _vae  # noqa: E402
 from tfpriv.compat import keras  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 
-flags.DEFINE_enum("architecture", "conv", ["conv", "mlp", "mlp_classifier", "conv_classifier"],
-                  "A model of bench/throughput.py.")
+USER_MODELS = ("convnet", "lstm", "gru", "transformer")  # bench/make_private_models.py's, behind make_private
+flags.DEFINE_enum("architecture", "conv", ["conv", "mlp", "mlp_classifier", "conv_classifier", *USER_MODELS],
+                  "A model of bench/throughput.py or bench/make_private_models.py.")
 flags.DEFINE_enum("aggregation", "termwise", ["termwise", "micro"], "Private mode (with the MMD batch term).")
 FLAGS = flags.FLAGS
 
@@ -107,6 +109,16 @@ def _model_and_batch(architecture: str, aggregation: str, b: int):
                       dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b,
                                   verify=False))
         return model, (tf.constant(rng.random([b, 784], dtype=np.float32)), tf.constant(rng.integers(0, 10, b)))
+    if architecture in USER_MODELS:
+        import tfpriv
+        from bench import model_sizes, user_models as user
+        xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        model = tfpriv.make_private(user.MODELS[architecture](keras, model_sizes.SIZES), loss=xent, num_examples=60000,
+                                    batch_size=b, config=DPConfig(aggregation="micro", l2_norm_clip=1.0,
+                                                                  noise_multiplier=1.0))
+        model.compile(keras.optimizers.SGD(1e-3))
+        x, y = user.data(architecture, b, model_sizes.SIZES)
+        return model, (tf.constant(x), tf.constant(y))
     if architecture == "conv_classifier":
         import tfpriv
         xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
