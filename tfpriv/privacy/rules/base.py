@@ -1,7 +1,7 @@
 """The contract every per-layer rule implements (one file per rule in this package).
 
 A rule says which layers it supports, which of the layer's variables it owns (`variables`:
-for a bilinear `FactorRule`, its `kernel(layer)` and `bias(layer)`), how to run the layer so
+for a bilinear `FactorRule`, its `kernels(layer)` and `bias(layer)`), how to run the layer so
 the gradient at its output can be tapped (`forward`), and how to turn that gradient into
 per-row norms and weighted sums of exactly the variables it declares. Three kinds:
 `FactorRule` (a kernel gradient sum_t U_t ⊗ V_t), `RowSparseRule` (a table whose gradient
