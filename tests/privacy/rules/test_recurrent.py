@@ -46,10 +46,11 @@ def test_forward_equals_keras_call(kind, kwargs):
     x = tf.constant(np.random.default_rng(1).normal(size=[3, 5, 2]), tf.float32)
     mask = tf.constant(IDS[:3] != 0)
     initial = [tf.fill([3, 3], 0.5)] * (2 if kind == "lstm" else 1)
-    for call_kwargs in ({"mask": mask}, {"initial_state": initial}):
-        want = layer(x, **call_kwargs)
-        rule = rule_for(layer)
-        got = rule.forward(layer, layer.call, x, call_kwargs)[0]
+    rule = rule_for(layer)
+    # The initial state as a call argument, or with the inputs (as Keras passes a functional model's).
+    for call_kwargs, inputs in (({"mask": mask}, x), ({"initial_state": initial}, x), ({}, [x, *initial])):
+        want = layer(x, **call_kwargs) if inputs is x else layer(x, initial_state=initial)
+        got = rule.forward(layer, layer.call, inputs, call_kwargs)[0]
         for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 

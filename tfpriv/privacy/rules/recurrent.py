@@ -49,7 +49,8 @@ class RecurrentRule(FactorRule):
     def forward(self, layer, original_call, inputs, kwargs):
         unknown = sorted(set(kwargs) - _CALL_KWARGS)
         if unknown:
-            raise TypeError(f"{layer.name}: the DP engine's {self.name} rule does not take the call arguments {unknown}")
+            raise TypeError(f"{layer.name}: the DP engine's {self.name} rule does not take the call arguments "
+                            f"{unknown}")
         initial = kwargs.get("initial_state")
         if isinstance(inputs, (list, tuple)):  # Keras passes a functional model's initial state with the inputs
             inputs, initial = inputs[0], list(inputs[1:]) or initial
@@ -137,9 +138,9 @@ class LSTMRule(RecurrentRule):
 class GRURule(RecurrentRule):
     """GRU, gates z, r and the candidate h̃. With δ = ∂L/∂(x W) = (δz, δr, δh) and reset gate r_t:
 
-    reset_after (the default): h̃ = act(x W_h + b_in + r ⊙ (h U_h + b_rec)), so U's candidate block and the
-    recurrent bias see r ⊙ δh, W's see δh. Pairs ([x, h], (δz, δr, r ⊙ δh)) and ([x, 0], (0, 0, (1 - r) ⊙ δh)):
-    the second completes W_h's x ⊗ δh (no cancellation for r in [0, 1]).
+    reset_after (the default): h̃ = act(x W_h + b_in + r ⊙ (h U_h + b_rec)), so U's candidate block and
+    the recurrent bias see r ⊙ δh, W's see δh. Pairs ([x, h], (δz, δr, r ⊙ δh)) and
+    ([x, 0], (0, 0, (1 - r) ⊙ δh)): the second completes W_h's x ⊗ δh (no cancellation for r in [0, 1]).
     reset_after=False: h̃ = act(x W_h + (r ⊙ h) U_h + b), so U_h's row factor is r ⊙ h:
     pairs ([x, h], (δz, δr, 0)) and ([x, r ⊙ h], (0, 0, δh)).
     """
