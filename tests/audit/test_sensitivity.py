@@ -46,7 +46,7 @@ def test_make_private_added_example_moves_the_sum_by_c():
 
 @pytest.mark.parametrize("model", TEXT_MODELS)
 def test_token_classifiers_added_example_moves_the_sum_by_c(model):
-    """Embedding (repeated token ids), attention and LayerNorm, an LSTM (per-layer fallback) on the fast path:
+    """Embedding (repeated token ids), attention and LayerNorm, an LSTM and a GRU (their rules) on the fast path:
     every example clipped, an added one moves the sum by exactly C (an underestimated norm would move it by
     more, ratio > 1). A batch of 4: each neighbour is one more evaluation of the (per-example) sums."""
     result = run_case(Case(model, "micro"), batch_size=4, clips={"l2_norm_clip": 1e-3}, **FAST)

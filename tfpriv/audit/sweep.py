@@ -8,8 +8,8 @@ Models (tiny, deterministic from a seed):
   * `make_private` on a linear softmax classifier (DP-SGD on a per-example loss);
   * `make_private` on token classifiers: Embedding -> pooled Dense ("embedding"), a
     transformer block, Embedding -> self-attention + residual -> LayerNorm -> pooled Dense
-    ("transformer"), Embedding -> LSTM -> Dense ("lstm": the RNN as one unit of the per-layer
-    fallback), and the Embedding inside a nested encoder model ("nested_embedding"), on the digits
+    ("transformer"), Embedding -> LSTM -> Dense and Embedding -> GRU -> Dense ("lstm", "gru": the
+    recurrent rules' ghost norms), and the Embedding inside a nested encoder model ("nested_embedding"), on the digits
     quantised to tokens (`TEXT_MODELS`);
   * `make_private` with a plain-function sparse loss on float labels ("float_label": a crafted
     label out of range is dropped, not a crash), and an Embedding -> batch-centring model
@@ -179,9 +179,10 @@ def build_classifier(input_dim: int, num_classes: int, seed: int = 0, clip: floa
                                num_examples=1000, batch_size=batch_size)
 
 
-# -- token classifiers (the Embedding, EinsumDense/MultiHeadAttention and LayerNormalization rules,
-# the per-layer fallback of an RNN) --
-TEXT_MODELS = ("embedding", "transformer", "lstm", "nested_embedding")
+# -- token classifiers (the Embedding, EinsumDense/MultiHeadAttention, LayerNormalization, LSTM and GRU
+# rules) --
+TEXT_MODELS = ("embedding", "transformer", "lstm", "gru", "nested_embedding")
+RECURRENT = {"lstm": "LSTM", "gru": "GRU"}  # text model -> its Keras layer
 MIXING = "embedding_mixing"  # Embedding -> t - mean over the batch -> Dense: verification must refuse it
 VOCAB = 10  # = the digits' classes, so the audit's flipped examples ((id + 1) mod 10) stay in the vocabulary
 
@@ -205,8 +206,8 @@ def build_text_classifier(kind: str, length: int, num_classes: int, seed: int = 
         h = L.Embedding(VOCAB, 8)(tokens)
     if kind == MIXING:
         h = L.Flatten()(L.Lambda(lambda t: t - tf.reduce_mean(t, axis=0, keepdims=True))(h))
-    elif kind == "lstm":
-        h = L.LSTM(8)(h)
+    elif kind in RECURRENT:
+        h = getattr(L, RECURRENT[kind])(8)(h)
     else:
         if kind == "transformer":
             h = L.LayerNormalization()(h + L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h))
@@ -263,9 +264,9 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     elif case.model in (*TEXT_MODELS, MIXING):
         tokens = digit_tokens(images)
         model = build_text_classifier(case.model, tokens.shape[1], 10, seed=seed, batch_size=batch_size)
-        # The LSTM's per-example gradients trace `map_examples` at every eager call: its sums are
-        # evaluated in one tf.function (the loss draws no random numbers).
-        x, kwargs = (tokens, labels), {"num_classes": VOCAB, "graph": case.model == "lstm"}
+        # A recurrent rule's tf.scan runs step by step in eager mode: its sums are evaluated in one
+        # tf.function (the loss draws no random numbers).
+        x, kwargs = (tokens, labels), {"num_classes": VOCAB, "graph": case.model in RECURRENT}
     else:
         raise ValueError(f"case.model: unknown model {case.model!r}")
     # Reproducible loss randomness (a GAN's fakes, the VAE's draws while the clips are set).

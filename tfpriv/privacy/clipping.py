@@ -406,13 +406,17 @@ class FastPass:
                     kernel = self._instantiated_sum(layer_id, c_phi, c_psi if use_psi else None)
                     from_instantiated[layer_id] = kernel is not None
                     if kernel is not None:
-                        add(rule.kernel(tap.layer), rule.kernel_from_outer(tap.layer, kernel))
+                        for var, grad in zip(rule.kernels(tap.layer), rule.split_kernel(
+                                tap.layer, rule.kernel_from_outer(tap.layer, kernel))):
+                            add(var, grad)
                 if from_instantiated[layer_id] and rule.bias(tap.layer) is None:
                     continue
                 g_w, alive = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
                 if not from_instantiated[layer_id]:
                     # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
-                    add(rule.kernel(tap.layer), rule.kernel_sum(tap, g_w, alive))
+                    for var, grad in zip(rule.kernels(tap.layer),
+                                         rule.split_kernel(tap.layer, rule.kernel_sum(tap, g_w, alive))):
+                        add(var, grad)
                 bias = rule.bias(tap.layer)
                 if bias is not None:  # bias rows are flat [R, n_bias]; the bias may have several axes
                     add(bias, tf.reshape(tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0), bias.shape))

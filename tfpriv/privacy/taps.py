@@ -174,11 +174,11 @@ class TapRecorder:
                 if args:
                     raise TypeError(f"{layer.name}: positional call arguments besides inputs are not supported by "
                                     "the DP engine")
-                out, tapped = rule.forward(layer, original, inputs, kwargs)
+                out, tapped, *saved = rule.forward(layer, original, inputs, kwargs)
             except TypeError as err:  # a refusal naming the layer stays one line (Keras 3 would add its arguments)
                 err._keras_call_info_injected = True  # Keras 3's mark of an error annotated already
                 raise
-            self._local.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs))
+            self._local.taps.append(rules.Tap(layer, rule, inputs, tapped, kwargs, *saved))
             return out
 
         return call

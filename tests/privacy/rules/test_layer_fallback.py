@@ -30,10 +30,11 @@ def test_layers_without_a_rule_use_the_per_layer_fallback():
 
 def test_recurrent_layers_are_one_unit_of_the_per_layer_fallback():
     """An RNN's cell runs inside a while_loop where its calls cannot be tapped: the RNN layer is the unit
-    (LSTM, GRU, Bidirectional: pfor cannot vectorize their backward pass, so one example after another)."""
+    (Bidirectional, an LSTM or GRU the recurrent rules refuse: pfor cannot vectorize their backward pass,
+    so one example after another)."""
     L = keras.layers
     x = np.random.default_rng(0).normal(size=[5, 4, 2])
-    for layer in (L.SimpleRNN(3), L.GRU(3), L.LSTM(3), L.Bidirectional(L.LSTM(2))):
+    for layer in (L.SimpleRNN(3), L.GRU(3, recurrent_dropout=0.2), L.LSTM(3, unroll=True), L.Bidirectional(L.LSTM(2))):
         check_rule(layer, x, "per_layer")
 
 

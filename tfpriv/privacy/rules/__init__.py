@@ -2,7 +2,8 @@
 
 One file per rule. Bilinear (a row's kernel gradient is sum_t U_t ⊗ V_t, so norms come as ghost
 norms or directly, sums by book-keeping): `dense.py`, `einsum_dense.py` (also MultiHeadAttention's
-parts), `conv1d.py`, `conv2d.py`, `conv2d_transpose.py`. Row-sparse (a row's table gradient is
+parts), `conv1d.py`, `conv2d.py`, `conv2d_transpose.py`, `recurrent.py` (Keras 2 LSTM and GRU: the
+positions are the time steps, and W and U are one stacked kernel). Row-sparse (a row's table gradient is
 sum_t e_{id_t} ⊗ g_t): `embedding.py`. Per-example gradients in closed form (small variables):
 `layer_normalization.py`, `group_normalization.py`, `depthwise_conv2d.py`, `separable_conv2d.py`.
 Any other layer: `layer_fallback.py` (per-example gradients of that layer alone by a vectorised
@@ -22,11 +23,12 @@ from tfpriv.privacy.rules.embedding import EmbeddingRule
 from tfpriv.privacy.rules.group_normalization import GroupNormalizationRule
 from tfpriv.privacy.rules.layer_fallback import PerLayerFallback
 from tfpriv.privacy.rules.layer_normalization import LayerNormalizationRule
+from tfpriv.privacy.rules.recurrent import GRURule, LSTMRule, RecurrentRule
 from tfpriv.privacy.rules.separable_conv2d import SeparableConv2DRule
 
 REGISTRY: list[LayerRule] = [DenseRule(), Conv2DRule(), Conv2DTransposeRule(), EmbeddingRule(), Conv1DRule(),
                              LayerNormalizationRule(), GroupNormalizationRule(), EinsumDenseRule(),
-                             DepthwiseConv2DRule(), SeparableConv2DRule()]
+                             DepthwiseConv2DRule(), SeparableConv2DRule(), LSTMRule(), GRURule()]
 FALLBACK = PerLayerFallback()
 
 
@@ -59,6 +61,6 @@ def register(rule: LayerRule) -> None:
 
 
 __all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "DepthwiseConv2DRule", "EinsumDenseRule",
-           "EmbeddingRule", "FALLBACK", "FactorRule", "GroupNormalizationRule", "LayerNormalizationRule", "LayerRule",
-           "PerExampleRule", "PerLayerFallback", "REGISTRY", "RowSparseRule", "SeparableConv2DRule", "Tap", "register",
-           "rule_for"]
+           "EmbeddingRule", "FALLBACK", "FactorRule", "GRURule", "GroupNormalizationRule", "LSTMRule",
+           "LayerNormalizationRule", "LayerRule", "PerExampleRule", "PerLayerFallback", "REGISTRY", "RecurrentRule",
+           "RowSparseRule", "SeparableConv2DRule", "Tap", "register", "rule_for"]

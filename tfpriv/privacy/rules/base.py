@@ -1,7 +1,7 @@
 """The contract every per-layer rule implements (one file per rule in this package).
 
 A rule says which layers it supports, which of the layer's variables it owns (`variables`:
-for a bilinear `FactorRule`, its `kernel(layer)` and `bias(layer)`), how to run the layer so
+for a bilinear `FactorRule`, its `kernels(layer)` and `bias(layer)`), how to run the layer so
 the gradient at its output can be tapped (`forward`), and how to turn that gradient into
 per-row norms and weighted sums of exactly the variables it declares. Three kinds:
 `FactorRule` (a kernel gradient sum_t U_t ⊗ V_t), `RowSparseRule` (a table whose gradient
@@ -31,6 +31,7 @@ class Tap:
     inputs: tf.Tensor          # layer input (rows = k * batch size, example-major)
     output: tf.Tensor          # the tensor gradients are taken at (pre-activation for factor rules)
     call_kwargs: dict
+    saved: tuple[tf.Tensor, ...] = ()  # other forward-pass tensors the rule needs (a recurrent layer's states)
 
 
 class LayerRule:
@@ -55,7 +56,8 @@ class LayerRule:
         return list(layer.trainable_weights)
 
     def forward(self, layer: Layer, original_call: Callable, inputs: tf.Tensor, kwargs: dict) -> tuple[tf.Tensor, tf.Tensor]:
-        """Returns (layer output, tensor to differentiate at)."""
+        """Returns (layer output, tensor to differentiate at), or (output, tapped, saved) for a rule that needs
+        other tensors of the forward pass later (`Tap.saved`)."""
         raise NotImplementedError
 
 
@@ -70,9 +72,18 @@ class FactorRule(LayerRule):
         """The bias the rule owns, or None."""
         return layer.bias if layer.use_bias else None
 
+    def kernels(self, layer: Layer) -> list[tf.Variable]:
+        """The variables whose gradients, stacked along the input axis, make the kernel gradient:
+        one for most layers, several for a layer with several products (a recurrent layer's W and U)."""
+        return [self.kernel(layer)]
+
+    def split_kernel(self, layer: Layer, grad: tf.Tensor) -> list[tf.Tensor]:
+        """A kernel gradient from `kernel_from_outer` or `kernel_sum` -> one gradient per `kernels(layer)`."""
+        return [grad]
+
     def variables(self, layer: Layer) -> list[tf.Variable]:
         bias = self.bias(layer)
-        return [self.kernel(layer)] + ([bias] if bias is not None else [])
+        return self.kernels(layer) + ([bias] if bias is not None else [])
 
     def factors(self, tap: Tap, grad: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(U [R, T, du], V [R, T, dv]) for rows R of this call; linear in `grad`."""
