@@ -16,7 +16,7 @@ The builders take the Keras module as an argument: `--keras=3` builds every mode
 (`import keras`, which `make_private` returns as a Keras 3 model).
 
     python bench/make_private_models.py [--batch_size=256] [--steps=2] [--rounds=3] [--only=convnet,lstm]
-        [--keras=2] [--out=experiments/throughput/make_private_models.jsonl]
+        [--keras=2] [--threads=2] [--out=experiments/throughput/make_private_models.jsonl]
     python bench/make_private_models.py --quick     # smoke test: tiny sizes, structure only
 """
 from __future__ import annotations
@@ -46,6 +46,7 @@ flags.DEFINE_list("only", [], "models to run (default: all of MODELS)")
 flags.DEFINE_string("out", "experiments/throughput/make_private_models.jsonl", "JSON lines appended here")
 flags.DEFINE_bool("quick", False, "smoke test: tiny models and batches, one round")
 flags.DEFINE_enum("keras", "2", ["2", "3"], "the Keras the models are built in (2: tf_keras; 3: keras)")
+flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow's intra- and inter-op threads (as opacus_models.py)")
 
 README_BATCH, README_EPOCHS = 64, 10  # the README's make_private example
 
@@ -89,12 +90,14 @@ def main(argv):
     s, b, steps, rounds = SIZES, FLAGS.batch_size, FLAGS.steps, FLAGS.rounds
     if FLAGS.quick:
         s, b, steps, rounds = QUICK_SIZES, 8, 1, 1
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     keras = tf_keras
     if FLAGS.keras == "3":
         import keras  # noqa: F811 (Keras 3 on TensorFlow's backend)
     header = {"command": "python bench/make_private_models.py " + " ".join(sys.argv[1:]),
-              "tensorflow": tf.__version__, "keras": keras.__version__, "cpus": os.cpu_count(), "steps": steps,
-              "sizes": s}
+              "tensorflow": tf.__version__, "keras": keras.__version__, "cpus": os.cpu_count(), "threads": FLAGS.threads,
+              "steps": steps, "sizes": s}
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     for name in FLAGS.only or list(MODELS):
         start = load_average()

@@ -7,7 +7,7 @@ TensorFlow environments). `nn.LSTM` and `nn.MultiheadAttention` become Opacus' `
 `DPMultiheadAttention` through `ModuleValidator.fix`, as an Opacus user would do.
 
     /work/envs/bench/bin/python bench/opacus_models.py [--batch_size=256] [--steps=2] [--rounds=3]
-        [--only=convnet,lstm] [--out=experiments/throughput/make_private_models.jsonl]
+        [--only=convnet,lstm] [--threads=2] [--out=experiments/throughput/make_private_models.jsonl]
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class LSTMClassifier(nn.Module):
 
     def forward(self, tokens):
         h, _ = self.lstm(self.embedding(tokens))
-        return self.out(h[:, -1])
+        return self.out(h[:, -1])  # GRUClassifier's GRU also returns (outputs, state)
 
 
 class Block(nn.Module):
@@ -85,7 +85,15 @@ class Transformer(nn.Module):
         return self.out(self.blocks(self.embedding(tokens) + self.positions).mean(dim=1))
 
 
-MODELS = {"convnet": ConvNet, "lstm": LSTMClassifier, "transformer": Transformer}
+class GRUClassifier(LSTMClassifier):
+    """Embedding(vocab, width) -> GRU(width) -> Linear(2) on the last state."""
+
+    def __init__(self, s: dict):
+        super().__init__(s)
+        self.lstm = nn.GRU(s["width"], s["width"], batch_first=True)
+
+
+MODELS = {"convnet": ConvNet, "lstm": LSTMClassifier, "gru": GRUClassifier, "transformer": Transformer}
 
 
 def data(model: str, n: int, s: dict, seed: int = 0):
@@ -106,7 +114,7 @@ def fits(name: str, s: dict, b: int, steps: int) -> dict:
 
     def model():
         torch.manual_seed(0)
-        return ModuleValidator.fix(MODELS[name](s))  # LSTM -> DPLSTM, MultiheadAttention -> DPMultiheadAttention
+        return ModuleValidator.fix(MODELS[name](s))  # LSTM/GRU -> DPLSTM/DPGRU, MultiheadAttention -> DP...
 
     private_model = model()
     optimizer = torch.optim.Adam(private_model.parameters())
@@ -139,7 +147,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="")
     parser.add_argument("--out", default="experiments/throughput/make_private_models.jsonl")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (as make_private_models.py)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(args.threads)
     warnings.filterwarnings("ignore")  # Opacus' secure-RNG and full-backward-hook notices
     import opacus
     header = {"command": "python bench/opacus_models.py " + " ".join(sys.argv[1:]), "torch": torch.__version__,
