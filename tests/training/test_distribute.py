@@ -20,16 +20,18 @@ from tfpriv.training import distribute
 def test_every_family_on_two_devices_matches_one_device():
     """4 Poisson steps without noise, same seeds: the weights agree to float tolerance, and the
     ledger counts 4 global steps on both (not 8 on two replicas). Includes a `make_private` LSTM,
-    whose per-example gradients take `map_examples`' one-example-after-another path."""
+    whose per-example gradients take `map_examples`' one-example-after-another path, and one through the
+    LSTM rule with noise on (noise added once: the same weights as one device)."""
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/training/scripts/two_devices.py")],
                           capture_output=True, text=True, timeout=900,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["replicas"] == 2
-    for family in ("vae", "filter_stage1", "dpwgan_gp", "dpgan", "lstm_make_private"):
+    for family in ("vae", "filter_stage1", "dpwgan_gp", "dpgan", "lstm_make_private", "lstm_rule"):
         assert out[family]["steps"] == [4, 4], family
         assert out[family]["max_diff"] < 1e-5 * max(1.0, out[family]["scale"]), (family, out[family])
+    assert out["lstm_make_private"]["rule"] == [None, None] and out["lstm_rule"]["rule"] == ["lstm", "lstm"]
 
 
 def test_strategy_names_and_cluster_are_checked(monkeypatch):

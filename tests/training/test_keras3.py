@@ -1,7 +1,8 @@
 """`tfpriv.make_private` with Keras 3 models (`import keras`, TensorFlow backend): the issue-34 models
 (Embedding→LSTM text classifier, a small transformer, a BatchNorm convnet after `fix_model`) train
 with metrics and report the accountant's epsilon, as Keras 3 models; their clipped sums equal the
-naive per-example loop; dropped examples, save/load and export work as for a Keras 2 model."""
+naive per-example loop; `clipping="auto"` takes the LSTM's rule; dropped examples, save/load and export
+work as for a Keras 2 model."""
 import json
 
 import numpy as np
@@ -45,7 +46,7 @@ def _bn_convnet():
 
 ATTENTION = {name: "einsum_dense" for name in ("query", "key", "value", "attention_output")}
 MODELS = {  # name -> (build, the rule each layer gets)
-    "text_classifier": (_text_classifier, {"embedding": "embedding", "lstm": "per_layer", "dense": "dense"}),
+    "text_classifier": (_text_classifier, {"embedding": "embedding", "lstm": "lstm", "dense": "dense"}),
     "transformer": (_transformer, {"embedding": "embedding", **ATTENTION, "ln1": "layer_normalization",
                                    "ff1": "dense", "ff2": "dense", "ln2": "layer_normalization", "dense": "dense"}),
     "bn_convnet": (lambda: tfpriv.fix_model(_bn_convnet()),
@@ -95,9 +96,26 @@ def test_clipped_sums_equal_the_naive_per_example_loop(name):
 
 def test_a_layer_without_rule_gets_the_exact_per_layer_fallback():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([L.Input([4, 3]), L.GRU(4, name="gru"), L.PReLU(name="prelu"), L.Dense(2, name="dense")])
+    model = keras.Sequential([L.Input([4, 3]), L.SimpleRNN(4, name="rnn"), L.PReLU(name="prelu"),
+                              L.Dense(2, name="dense")])
     x = np.random.default_rng(0).normal(size=(5, 4, 3)).astype(np.float32)
-    check_model(model, x, {"gru": "per_layer", "prelu": "per_layer", "dense": "dense"})
+    check_model(model, x, {"rnn": "per_layer", "prelu": "per_layer", "dense": "dense"})
+
+
+def test_auto_takes_the_lstm_rule_on_a_masked_embedding_lstm_and_trains(capsys):
+    """`clipping="auto"` (the default) checks the fast path's norms against the per-example Jacobian's and
+    keeps it: the LSTM's rule, not the per-layer fallback, with the mask of Embedding(mask_zero=True)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8, mask_zero=True, name="embedding"),
+                              L.LSTM(8, name="lstm"), L.Dense(3, name="dense")])
+    x, y = _data("text_classifier")
+    x[::3, 4:] = 0  # padded examples
+    dp_model = _private(model, clipping="auto")
+    history = dp_model.fit(x, y, epochs=1, verbose=0)
+    assert capsys.readouterr().err.endswith("tfpriv: clipping auto: fast for embedding, lstm, dense\n")
+    assert dp_model.engine.clipping == "fast"
+    assert dp_model.engine.recorder.rules[id(model.get_layer("lstm"))].name == "lstm"
+    assert history.history["epsilon"][-1] > 0 and np.isfinite(history.history["loss"][-1])
 
 
 def test_batch_normalization_is_refused_naming_fix_model_which_replaces_it():

@@ -1,5 +1,8 @@
 """LSTMRule and GRURule: the rule's forward equals Keras' call, and norms and clipped sums equal the naive
-loop (return_sequences, go_backwards, both GRU variants, a mask from Embedding(mask_zero=True))."""
+loop (return_sequences, go_backwards, both GRU variants, a mask from Embedding(mask_zero=True)), for Keras 2's
+layers and Keras 3's."""
+import importlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -85,3 +88,74 @@ def test_a_non_finite_or_huge_example_is_dropped_or_clipped_as_the_naive_loop_do
     assert float(out["dropped"]) == 3 - len(keep) == (0 if bad == 1e30 else 1)
     want = np.sum([ref.clip(grads[i], 0.1) for i in keep], axis=0)
     np.testing.assert_allclose(ref.flat(out["sample"]), want, rtol=1e-5, atol=1e-7)
+
+
+# -- Keras 3 (`import keras`, TensorFlow backend): the same rules, the same checks ------------------------
+
+def _keras3():
+    """Keras 3, or the test is skipped (not installed, or `import keras` is Keras 2 on TensorFlow 2.15)."""
+    pytest.importorskip("keras")
+    from tfpriv.compat import keras3
+    if keras3() is None:
+        pytest.skip("Keras 3 needs TensorFlow >= 2.16 (on this stack `import keras` is Keras 2)")
+    return keras3()
+
+
+def _k3_layer(kind: str, units: int, **kwargs):
+    k3 = _keras3()
+    cls = k3.layers.LSTM if kind == "lstm" else k3.layers.GRU
+    return cls(units, **({"reset_after": False} if kind == "gru_reset_before" else {}), **kwargs)
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_keras3_recurrent_layer(kind):
+    k3 = _keras3()
+    k3.utils.set_random_seed(0)
+    layer = _k3_layer(kind, 4)
+    model = k3.Sequential([k3.Input([5, 3]), layer])
+    x = np.random.default_rng(0).normal(size=[4, 5, 3]).astype(np.float32)
+    check_model(model, x, {layer.name: kind.removesuffix("_reset_before")}, batch_terms=True)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", LAYERS)
+def test_keras3_recurrent_layer_after_embedding_with_mask_zero(kind, variant):
+    k3 = _keras3()
+    k3.utils.set_random_seed(0)
+    layer = _k3_layer(kind, 3, **VARIANTS[variant])
+    model = k3.Sequential([k3.Input([5], dtype="int32"), k3.layers.Embedding(5, 2, mask_zero=True, name="emb"), layer])
+    check_model(model, IDS, {"emb": "embedding", layer.name: kind.removesuffix("_reset_before")})
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"return_sequences": True, "zero_output_for_mask": True},
+                                    {"go_backwards": True, "return_state": True, "return_sequences": True},
+                                    {"activation": "relu", "recurrent_activation": "hard_sigmoid", "use_bias": False}],
+                         ids=["last", "zero_output", "backwards_state", "activations"])
+@pytest.mark.parametrize("kind", LAYERS)
+def test_keras3_forward_equals_keras_call(kind, kwargs):
+    layer = _k3_layer(kind, 3, **kwargs)
+    x = tf.constant(np.random.default_rng(1).normal(size=[3, 5, 2]), tf.float32)
+    mask = tf.constant(IDS[:3] != 0)
+    initial = [tf.fill([3, 3], 0.5)] * (2 if kind == "lstm" else 1)
+    rule = rule_for(layer)
+    for call_kwargs in ({"mask": mask}, {"initial_state": initial}, {"mask": mask, "initial_state": initial}):
+        want = layer(x, **call_kwargs)
+        got = rule.forward(layer, layer.call, x, call_kwargs)[0]
+        assert type(got) is type(want)  # return_state: a tuple, as Keras 3's
+        for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_keras3_unsupported_variants_take_the_per_layer_fallback(monkeypatch):
+    k3 = _keras3()
+    kl = k3.layers
+    assert isinstance(rule_for(kl.LSTM(2)), LSTMRule) and isinstance(rule_for(kl.GRU(2, use_cudnn=False)), GRURule)
+    for layer in (kl.LSTM(2, dropout=0.1), kl.GRU(2, recurrent_dropout=0.1), kl.LSTM(2, unroll=True),
+                  kl.GRU(2, stateful=True), kl.LSTM(2, use_cudnn=True), kl.Bidirectional(kl.LSTM(2)),
+                  kl.SimpleRNN(2)):
+        assert rule_for(layer).name == "per_layer", layer
+    # With a GPU, "auto" runs cuDNN for cuDNN-compatible arguments (masked outputs 0): refused unless use_cudnn=False.
+    monkeypatch.setattr(importlib.import_module("keras.src.backend.tensorflow.rnn"), "_is_gpu_available", lambda: True)
+    assert rule_for(kl.LSTM(2)).name == rule_for(kl.GRU(2)).name == "per_layer"
+    assert rule_for(kl.LSTM(2, use_cudnn=False)).name == "lstm"
+    assert rule_for(kl.GRU(2, reset_after=False)).name == "gru"  # not cuDNN-compatible: Keras runs backend.rnn

@@ -1,9 +1,11 @@
 """Run in a fresh process: each family trained by `fit_private` (and a Keras LSTM classifier by
-`make_private` and `fit`, whose per-example gradients run one example after another: `map_examples`)
-for 4 Poisson steps without noise on one device and under MirroredStrategy over 2 logical CPUs, same
-data and seeds. Prints JSON:
-per family, the largest weight difference between the two runs (and the largest weight), and
-the steps each run's ledger counted. Families given as arguments, else all."""
+`make_private` and `fit`: with clipping="per_example", whose per-example gradients run one example after
+another, `map_examples`; and with clipping="fast", the LSTM rule, noise on: the one noise the first
+replica adds must be one device's) for 4 Poisson steps without noise on one device and under
+MirroredStrategy over 2 logical CPUs, same data and seeds. Prints JSON:
+per family, the largest weight difference between the two runs (and the largest weight), the
+steps each run's ledger counted and, for the LSTM classifiers, the LSTM's rule on each run.
+Families given as arguments, else all."""
 import json
 import sys
 import tempfile
@@ -61,11 +63,13 @@ def dpgan():
     return _gan(make_dpgan, rmsprop)
 
 
-def lstm_make_private():
-    """Embedding -> LSTM -> Dense through `make_private` (pfor cannot vectorize the LSTM's backward pass)."""
+def lstm_make_private(clipping: str = "per_example", noise_multiplier: float = 0.0):
+    """Embedding -> LSTM -> Dense through `make_private` (per_example: pfor cannot vectorize the LSTM's
+    backward pass; fast: the LSTM rule)."""
     L = keras.layers
-    model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8), L.Dense(3)])
-    config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.0, clipping="per_example", seed=5)
+    model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8, name="lstm"), L.Dense(3)])
+    config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=noise_multiplier, clipping=clipping,
+                      seed=5)
     dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy", config, num_examples=N, batch_size=B,
                                    delta=1e-3)
     dp_model.compile(optimizer=keras.optimizers.SGD(0.5))
@@ -74,16 +78,20 @@ def lstm_make_private():
 
 
 FAMILIES = {"vae": vae, "filter_stage1": filter_stage1, "dpwgan_gp": dpwgan_gp, "dpgan": dpgan,
-            "lstm_make_private": lstm_make_private}
+            "lstm_make_private": lstm_make_private, "lstm_rule": lambda: lstm_make_private("fast", 1.0)}
 
 
 def run(family: str, strategy):
-    if family == "lstm_make_private":
+    if family.startswith("lstm_"):
         with strategy.scope():
             keras.utils.set_random_seed(0)
-            model, (x, y) = lstm_make_private()
+            model, (x, y) = FAMILIES[family]()
         model.fit(x, y, epochs=EPOCHS, verbose=0, seed=7)
-        return np.concatenate([w.ravel() for w in model.get_weights()]), {"steps": int(model.step_count.numpy())}
+        recorder = model.engine.recorder
+        rule = None if recorder is None else next(recorder.rules[id(layer)].name for layer in recorder.layers
+                                                  if layer.name == "lstm")
+        return np.concatenate([w.ravel() for w in model.get_weights()]), {"steps": int(model.step_count.numpy()),
+                                                                          "rule": rule}
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model, cfg, arrays, opt = FAMILIES[family]()
@@ -103,6 +111,8 @@ def main(families):
         w2, fit2 = run(family, two)
         out[family] = {"max_diff": float(np.max(np.abs(w1 - w2))), "scale": float(np.max(np.abs(w1))),
                        "steps": [fit1["steps"], fit2["steps"]]}
+        if family.startswith("lstm_"):
+            out[family]["rule"] = [fit1["rule"], fit2["rule"]]
     print(json.dumps(out))
 
 

@@ -2,7 +2,7 @@
 
 One file per rule. Bilinear (a row's kernel gradient is sum_t U_t ⊗ V_t, so norms come as ghost
 norms or directly, sums by book-keeping): `dense.py`, `einsum_dense.py` (also MultiHeadAttention's
-parts), `conv1d.py`, `conv2d.py`, `conv2d_transpose.py`, `recurrent.py` (Keras 2 LSTM and GRU: the
+parts), `conv1d.py`, `conv2d.py`, `conv2d_transpose.py`, `recurrent.py` (LSTM and GRU: the
 positions are the time steps, and W and U are one stacked kernel). Row-sparse (a row's table gradient is
 sum_t e_{id_t} ⊗ g_t): `embedding.py`. Per-example gradients in closed form (small variables):
 `layer_normalization.py`, `group_normalization.py`, `depthwise_conv2d.py`, `separable_conv2d.py`.

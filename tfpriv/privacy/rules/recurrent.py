@@ -1,35 +1,49 @@
-"""LSTM and GRU (Keras 2): each time step's gate pre-activations are x_t W + h_{t-1} U + b, bilinear in
+"""LSTM and GRU (Keras 2 and Keras 3): each time step's gate pre-activations are x_t W + h_{t-1} U + b, bilinear in
 the weights, so a row's gradient of the stacked kernel [W; U] is sum_t u_t ⊗ v_t over the time steps,
 with v_t built from δ_t = ∂L/∂(x_t W) and u_t from x_t and the states the forward pass saves.
 
 `forward` computes x W for all steps in one product (the tapped tensor, so δ_t is its gradient: x_t W
 enters step t's gates by a sum) and runs the recurrence as Keras' step does in a `tf.scan`, masking as
 `backend.rnn` (a masked step keeps the states and repeats the previous output, or outputs 0 with
-`zero_output_for_mask`; its δ_t is 0). Both GRU variants are exact; see `GRURule.pairs`. Refused (the
-per-layer fallback takes them): dropout or recurrent_dropout, unroll, time_major, stateful, Keras 3
-layers and subclasses; `Bidirectional` is one unit of the tap recorder, so its inner layers never
-reach a rule.
+`zero_output_for_mask`; its δ_t is 0). Both GRU variants are exact; see `GRURule.pairs`. Keras 3's
+layers keep the same weights on `layer.cell` and, off cuDNN, run the same `backend.rnn` recurrence.
+Refused (the per-layer fallback takes them): dropout or recurrent_dropout, unroll, time_major,
+stateful, subclasses, a Keras 3 layer whose call would run cuDNN (`use_cudnn=True`, or "auto" with a
+GPU and cuDNN-compatible arguments: cuDNN outputs 0 at masked steps; `use_cudnn=False` gets the rule
+on a GPU) or with LoRA/quantization (`plain`); `Bidirectional` is one unit of the tap recorder, so its
+inner layers never reach a rule.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.compat import keras
-from tfpriv.privacy.rules.base import FactorRule, Layer, Tap
+from tfpriv.compat import is_keras3, keras3, keras_classes
+from tfpriv.privacy.rules.base import FactorRule, Layer, Tap, plain
 
 _CALL_KWARGS = {"mask", "training", "initial_state"}
+
+
+def _runs_cudnn(layer: Layer) -> bool:
+    """Whether Keras 3's call of `layer` would try cuDNN (its `inner_loop`'s test, on this machine's devices)."""
+    if not is_keras3(layer) or layer.use_cudnn is False:
+        return False
+    cell = layer.cell
+    kwargs = {"reset_after": cell.reset_after} if hasattr(cell, "reset_after") else {}
+    return layer.use_cudnn is True or keras3().src.backend.cudnn_ok(
+        cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias, **kwargs)
 
 
 class RecurrentRule(FactorRule):
     """The shared recurrence and factors; a subclass gives its layer type, step and factor pairs."""
 
-    layer_type: type
+    layer_path: str  # the layer class in either Keras, for `keras_classes`
     n_states: int  # states carried between steps (LSTM: h and c)
     n_saved: int  # per-step tensors the factors need besides h_{t-1} (GRU: the reset gate)
 
     def supports(self, layer: Layer) -> bool:
-        return (type(layer) is self.layer_type and not layer.stateful and not layer.unroll and not layer.time_major
-                and layer.cell.dropout == 0 and layer.cell.recurrent_dropout == 0)
+        return (type(layer) in keras_classes(self.layer_path) and plain(layer) and not layer.stateful
+                and not layer.unroll and not getattr(layer, "time_major", False)  # Keras 3 has no time_major
+                and layer.cell.dropout == 0 and layer.cell.recurrent_dropout == 0 and not _runs_cudnn(layer))
 
     def kernels(self, layer: Layer) -> list[tf.Variable]:
         return [layer.cell.kernel, layer.cell.recurrent_kernel]
@@ -64,6 +78,7 @@ class RecurrentRule(FactorRule):
             states = tuple(tf.cast(s, x.dtype) for s in tf.nest.flatten(initial))
         mask = kwargs.get("mask")
         mask = mask[0] if isinstance(mask, (list, tuple)) else mask
+        mask = None if mask is None else tf.cast(mask, tf.bool)  # as `backend.rnn` casts it
 
         xw = tf.tensordot(x, layer.cell.kernel, [[2], [0]])
         elems = [tf.transpose(xw, [1, 0, 2])] + ([tf.transpose(mask)] if mask is not None else [])
@@ -92,8 +107,8 @@ class RecurrentRule(FactorRule):
         per_step = [tf.transpose(s, [1, 0, 2]) for s in per_step]
 
         out = tf.transpose(outs, [1, 0, 2]) if layer.return_sequences else outs[-1]
-        if layer.return_state:
-            out = [out] + [s[-1] for s in all_states]
+        if layer.return_state:  # Keras 3 returns a tuple, Keras 2 a list
+            out = (tuple if is_keras3(layer) else list)([out] + [s[-1] for s in all_states])
         return out, xw, (x, *per_step)
 
     def factors(self, tap, grad):
@@ -115,7 +130,7 @@ class LSTMRule(RecurrentRule):
     """LSTM: z_t = x_t W + h_{t-1} U + b with gates i, f, c, o; u_t = [x_t, h_{t-1}], v_t = δ_t."""
 
     name = "lstm"
-    layer_type = keras.layers.LSTM
+    layer_path = "layers.LSTM"
     n_states = 2
     n_saved = 0
 
@@ -146,7 +161,7 @@ class GRURule(RecurrentRule):
     """
 
     name = "gru"
-    layer_type = keras.layers.GRU
+    layer_path = "layers.GRU"
     n_states = 1
     n_saved = 1
 
