@@ -5,8 +5,8 @@ TensorFlow's normal kernel called once per variable, the engine's draw before co
     python bench/noise_draw.py [--model=mlp_vae] [--rounds=21] [--out=bench/noise_draw.json]
 
 Variants: `kernel per variable` (StatelessRandomNormalV2 per variable, the previous draw);
-`engine` (DPGradientEngine._add_noise: StreamGenerator.normal_once per variable, Box-Muller as
-vectorized ops); `kernel, one draw` (the kernel once for all parameters); `uniform bits` (the
+`engine` (DPGradientEngine._add_noise: one StreamGenerator.normal_once for all variables of a
+dtype, split; Box-Muller as vectorized ops); `kernel, one draw` (the kernel once for all parameters); `uniform bits` (the
 Philox uniforms alone: a floor for any transform of them); `kernel under XLA` (the kernel in a
 `jit_compile` function). Each draws from the engine's own generator (state advanced by a skip).
 """

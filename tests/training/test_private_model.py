@@ -438,3 +438,40 @@ def test_export_carries_the_privacy_statement_in_its_assets(tmp_path):
     with open(tmp_path / "served" / "assets" / "privacy_statement.json") as f:
         assert json.load(f) == dp_model.privacy_statement()
     assert tf.saved_model.contains_saved_model(str(tmp_path / "served"))
+
+
+class _Branching(keras.layers.Layer):
+    """A user layer whose call branches on a tensor with a Python `if` (AutoGraph makes it a tf.cond): on
+    the batch's size, which is unknown when the step is traced, so each example's output is its own."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(name="w", shape=[input_shape[-1], 2])
+
+    def call(self, x):
+        if tf.shape(x)[0] > 0:
+            return tf.matmul(x, self.w)
+        return -tf.matmul(x, self.w)
+
+
+def test_a_user_layer_branching_on_a_tensor_trains_and_its_clipped_sum_equals_the_naive_loop():
+    """The engine's own code is not converted by AutoGraph (it traced 3x slower), the model's loss is:
+    a layer's Python `if` on a tensor still works inside the private step. (The per-layer fallback and
+    clipping="per_example" trace the model without AutoGraph and refuse such a layer.)"""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input([3]), _Branching()])
+    dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                   tfpriv.DPConfig(aggregation="micro", l2_norm_clip=0.5, noise_multiplier=0.0,
+                                                   clipping="vectorized"),
+                                   num_examples=16, batch_size=16, delta=1e-3)
+    dp_model.compile(optimizer=keras.optimizers.SGD(1.0))
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    before = model.get_weights()[0].copy()
+    per_example = []  # the naive loop: each example's gradient clipped at C
+    for i in range(16):
+        with tf.GradientTape() as tape:
+            loss = keras.losses.sparse_categorical_crossentropy(y[i:i + 1], model(x[i:i + 1]), from_logits=True)
+        (g,) = tape.gradient(loss, model.trainable_variables)
+        per_example.append(g * tf.minimum(1.0, 0.5 / tf.norm(g)))
+    dp_model.train_on_batch(x, y)
+    np.testing.assert_allclose(model.get_weights()[0], before - tf.add_n(per_example).numpy() / 16, atol=1e-6)
