@@ -60,3 +60,20 @@ def test_seeds_are_checked_and_drawn_from_the_os():
     with pytest.raises(ConfigError, match="^seed: "):
         make_dataset(X, 10, "poisson", -1)
     assert new_sampling_seed() != new_sampling_seed()
+
+
+def test_a_poisson_batch_is_the_examples_whose_uniform_keyed_by_seed_and_step_is_below_q():
+    """Step s's batch is `poisson_mask(seed, s)` (no state), and each example is in each batch with
+    probability q: over 400 steps the inclusion counts are Binomial(400, q) (mean and spread)."""
+    import tensorflow as tf
+
+    from tfpriv.data.sampling import poisson_mask
+    x = np.arange(200)[:, None]
+    ds, q, _ = make_dataset(x, 20, "poisson", 5, start_step=3)
+    batches = [b.numpy().ravel() for b in ds.take(400)]
+    for s in range(3):
+        mask = poisson_mask(5, tf.constant(3 + s, tf.int64), 200, q).numpy()
+        np.testing.assert_array_equal(batches[s], np.flatnonzero(mask))
+    counts = np.bincount(np.concatenate(batches), minlength=200)
+    assert counts.mean() == pytest.approx(400 * q, rel=0.02)
+    assert counts.var() == pytest.approx(400 * q * (1 - q), rel=0.3)
