@@ -36,6 +36,26 @@ else:
 
 
 
+def _leave_tfpriv_to_autograph_as_written() -> None:
+    """AutoGraph leaves tfpriv's modules as written, as it leaves TensorFlow's and Keras' (tfpriv's
+    control flow on tensors is TensorFlow ops already): converting the engine, the rules and the
+    families was most of the first trace of a private step (a transformer's 12.0 s of which 9 s were
+    AutoGraph's; bench/profile_step.py). What a user passes in is still converted where tfpriv calls it
+    (`converted`). TensorFlow has no public API for its list of modules not to convert."""
+    from tensorflow.python.autograph.core import config, config_lib
+    if not any(isinstance(r, config_lib.DoNotConvert) and r.matches("tfpriv") for r in config.CONVERSION_RULES):
+        config.CONVERSION_RULES = (config_lib.DoNotConvert("tfpriv"), *config.CONVERSION_RULES)
+
+
+_leave_tfpriv_to_autograph_as_written()
+
+
+def converted(fn):
+    """`fn` as AutoGraph would run it inside the tf.function tracing this call: a user's loss, layer or
+    family method (a Python `if` on a tensor becomes a tf.cond); tfpriv's own code unchanged."""
+    return tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
+
+
 def keras3():
     """The Keras 3 module if the user has imported it, else None; imports nothing. (On TensorFlow 2.15
     `keras` is Keras 2, the same module as `tf.keras`.)"""

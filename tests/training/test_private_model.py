@@ -453,13 +453,18 @@ class _Branching(keras.layers.Layer):
         return -tf.matmul(x, self.w)
 
 
-def test_a_user_layer_branching_on_a_tensor_trains_and_its_clipped_sum_equals_the_naive_loop():
+def test_a_user_layer_and_loss_branching_on_a_tensor_train_and_the_clipped_sum_equals_the_naive_loop():
     """The engine's own code is not converted by AutoGraph (it traced 3x slower), the model's loss is:
-    a layer's Python `if` on a tensor still works inside the private step. (The per-layer fallback and
+    a layer's and a loss' Python `if` on a tensor still work inside the private step. (The per-layer fallback and
     clipping="per_example" trace the model without AutoGraph and refuse such a layer.)"""
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.layers.Input([3]), _Branching()])
-    dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    def branching_loss(y, logits):  # a user's loss with its own Python `if` on a tensor
+        if tf.shape(logits)[0] > 0:
+            return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        return tf.zeros(tf.shape(logits)[:1])
+
+    dp_model = tfpriv.make_private(model, branching_loss,
                                    tfpriv.DPConfig(aggregation="micro", l2_norm_clip=0.5, noise_multiplier=0.0,
                                                    clipping="vectorized"),
                                    num_examples=16, batch_size=16, delta=1e-3)

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.compat import converted
 from tfpriv.errors import ConfigError
 from tfpriv.privacy import pfor_rules, rules
 from tfpriv.privacy.clipping import FastPass, VectorizedPass
@@ -229,14 +230,7 @@ class DPGradientEngine:
         is the number of examples plus partitions dropped (the batch size when `batch` mode
         drops its one group). Term means average finite values of undropped examples only.
         """
-        # AutoGraph converts the model's loss as the caller's tf.function would (a user's layer may
-        # branch on tensors), but not the engine, whose control flow is TensorFlow's own: converting
-        # it was 9 of the 12 s a transformer's private step took to trace (bench/profile_step.py).
-        loss_fn = tf.__internal__.autograph.tf_convert(loss_fn, tf.__internal__.autograph.control_status_ctx())
-        return self._privatized(loss_fn, inputs)
-
-    @tf.autograph.experimental.do_not_convert
-    def _privatized(self, loss_fn: LossFn, inputs) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
+        loss_fn = converted(loss_fn)  # the caller's loss as AutoGraph runs it; the engine as written
         with in_step(self.generator), self._quiet():  # partitions and noise keyed by (step, draw, slot)
             return self._gradients(loss_fn, inputs)
 

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.compat import keras
+from tfpriv.compat import converted, keras
 from tfpriv.data.sampling import default_max_batch_size, make_dataset, new_sampling_seed, sampled_by
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DECLARED_POISSON, FIXED, POISSON, SHUFFLE, PrivacyLedger, get_accountant
@@ -366,18 +366,19 @@ class DPTraining:
 
     # -- the step -----------------------------------------------------------------------------------
     def loss_fn(self, x, layout: BatchLayout) -> LossTerms:
-        """The engine's loss: the training-mode loss terms of one batch."""
-        return self.loss_terms(x, layout, training=True)
+        """The engine's loss: the training-mode loss terms of one batch (a subclass's `loss_terms` as
+        AutoGraph runs it: tfpriv's own code is left as written, `tfpriv.compat.converted`)."""
+        return converted(self.loss_terms)(x, layout, training=True)
 
     def train_step(self, data):
         # One step of the loss stream: each example's draws are keyed by (step, draw, its slot).
         with in_step(self.rng):
-            grads, logs = self.engine.gradients(self.loss_fn, self.private_inputs(data))
+            grads, logs = self.engine.gradients(self.loss_fn, converted(self.private_inputs)(data))
             self.optimizer.apply_gradients(zip(grads, self.engine.variables))
             if self.dp_config.private:
                 self.ledger.steps.assign_add(1)  # one Poisson-sampled Gaussian per step
             self.step_count.assign_add(1)
-            logs.update(self.after_private_step())
+            logs.update(converted(self.after_private_step)())
         logs = self.step_logs(logs)
         for name, tracker in self._trackers.items():
             value = logs.get(name)

@@ -12,7 +12,7 @@ from typing import Callable, Union
 import numpy as np
 import tensorflow as tf
 
-from tfpriv.compat import keras, keras_classes, keras_modules
+from tfpriv.compat import converted, keras, keras_classes, keras_modules
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import finite_examples
@@ -79,7 +79,7 @@ class PrivateTraining(DPTraining):
         # The prediction's static shape says which labels are class indices (`private_inputs`).
         object.__setattr__(self, "_output_shape", y_pred.shape if isinstance(y_pred, tf.Tensor) else None)
         y, _ = self._class_labels(y, self._output_shape)  # a dropped example's label made harmless
-        loss = _per_example(self.per_example_loss(y, y_pred))
+        loss = _per_example(converted(self.per_example_loss)(y, y_pred))  # the user's loss as AutoGraph runs it
         if ids_valid is not None:
             loss = loss * tf.where(ids_valid, tf.ones([], loss.dtype), tf.constant(float("nan"), loss.dtype))
         return LossTerms({"loss": loss})
