@@ -149,3 +149,13 @@ def test_reweight_leaves_the_batch_wise_gradient_out_of_variables_marked_unreach
         np.testing.assert_allclose(masked[k].numpy(), phi_only[k].numpy(), rtol=1e-6)
     for k in (0, 1):
         np.testing.assert_allclose(masked[k].numpy(), both[k].numpy(), rtol=1e-6)
+
+
+def test_noise_draws_group_small_same_dtype_variables_and_leave_a_large_one_alone():
+    """Few draws for a small model (each draw has a fixed cost), bounded temporaries for a large one."""
+    from tfpriv.privacy.engine import NOISE_DRAW_PARAMETERS, _noise_draws
+    big = NOISE_DRAW_PARAMETERS
+    grads = [tf.zeros([3, 4]), tf.zeros([4]), tf.zeros([big]), tf.zeros([5]), tf.zeros([2], tf.float64),
+             tf.zeros([big - 10]), tf.zeros([11])]
+    assert _noise_draws(grads) == [[0, 1], [2], [3], [4], [5], [6]]
+    assert _noise_draws([tf.zeros([10])] * 4) == [[0, 1, 2, 3]]

@@ -116,6 +116,28 @@ def _first_replica() -> bool:
     return replica is None or int(replica) == 0
 
 
+# Variables of one dtype share a noise draw up to this many parameters: a draw per variable costs a
+# key, a kernel and the Box-Muller ops each (the fixed per-step cost of a small model), one draw for a
+# whole large model holds the Box-Muller temporaries of every parameter at once (peak memory).
+NOISE_DRAW_PARAMETERS = 2**18
+
+
+def _noise_draws(grads: Sequence[tf.Tensor]) -> list[list[int]]:
+    """Indices of `grads` grouped into noise draws: consecutive same-dtype tensors up to
+    `NOISE_DRAW_PARAMETERS` parameters together; a larger tensor alone."""
+    draws: list[list[int]] = []
+    size = 0
+    for i, g in enumerate(grads):
+        n = g.shape.num_elements()
+        if draws and grads[draws[-1][0]].dtype == g.dtype and size + n <= NOISE_DRAW_PARAMETERS:
+            draws[-1].append(i)
+            size += n
+        else:
+            draws.append([i])
+            size = n
+    return draws
+
+
 class DPGradientEngine:
     """Turns a model's loss terms into privatized gradients for its trainable variables.
 
@@ -445,17 +467,12 @@ class DPGradientEngine:
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             first = tf.cast(tf.equal(ctx.replica_id_in_sync_group, 0), tf.float32)
-        # One draw for all the variables of a dtype, split: a draw per variable costs a key, a kernel
-        # and the Box-Muller ops each, the fixed per-step cost of a small model (bench/noise_draw.py).
         noisy = list(grads)
-        by_dtype: dict[tf.DType, list[int]] = {}
-        for i, g in enumerate(grads):
-            by_dtype.setdefault(g.dtype, []).append(i)
-        for dtype, members in by_dtype.items():
+        for members in _noise_draws(grads):
             sizes = [grads[i].shape.num_elements() for i in members]
-            z = self.generator.normal_once([sum(sizes)], dtype=dtype)
-            for i, piece in zip(members, tf.split(z, sizes)):
-                noisy[i] = grads[i] + tf.reshape(piece, tf.shape(grads[i])) * tf.cast(stds[i] * first, dtype)
+            z = self.generator.normal_once([sum(sizes)], dtype=grads[members[0]].dtype)
+            for i, piece in zip(members, tf.split(z, sizes) if len(members) > 1 else [z]):
+                noisy[i] = grads[i] + tf.reshape(piece, tf.shape(grads[i])) * tf.cast(stds[i] * first, grads[i].dtype)
         return noisy
 
     def _logs(self, terms: LossTerms, layout: BatchLayout, batch_size,
