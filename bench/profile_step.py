@@ -12,9 +12,9 @@ the stage.
     python bench/profile_step.py --architecture=conv_classifier    # tfpriv.make_private, micro
     python bench/profile_step.py --architecture=transformer        # bench/make_private_models.py's models
 
-The VAEs (mlp, conv) carry the MMD batch term; the classifiers (bench/throughput.py's MLP
-classifier on tfpriv's engine, and its conv classifier behind `tfpriv.make_private`) have only a
-per-example loss, so they have no group-norm stage and are always micro.
+The VAEs (mlp, conv) carry the MMD batch term; the classifiers (bench/throughput.py's MLP classifier
+on tfpriv's engine, its conv classifier and bench/make_private_models.py's models behind
+`tfpriv.make_private`) have only a per-example loss, so they have no group-norm stage and are micro.
 (--batch_size and --rounds are bench/throughput.py's flags.)
 """
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main(argv):
             f()
             seconds[k].append(time.perf_counter() - start)
     base = np.array(seconds["non-private gradient"])
-    mode = "micro" if FLAGS.architecture.endswith("classifier") else FLAGS.aggregation
+    mode = "micro" if FLAGS.architecture.endswith("classifier") or FLAGS.architecture in USER_MODELS else FLAGS.aggregation
     print(f"{FLAGS.architecture}, {mode}, B={b}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for k, s in seconds.items():
         q1, med, q3 = np.percentile(np.array(s) / base, [25, 50, 75])
