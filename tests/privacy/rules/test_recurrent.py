@@ -30,6 +30,12 @@ def test_recurrent_layer(kind, variant):
                batch_terms=variant == "last")
 
 
+# Layer arguments whose forward must equal Keras' call (Keras 2 and 3).
+FORWARD_KWARGS = {"last": {}, "zero_output": {"return_sequences": True, "zero_output_for_mask": True},
+                  "backwards_state": {"go_backwards": True, "return_state": True, "return_sequences": True},
+                  "activations": {"activation": "relu", "recurrent_activation": "hard_sigmoid", "use_bias": False}}
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kind", LAYERS)
 def test_recurrent_layer_after_embedding_with_mask_zero(kind, variant):
@@ -39,10 +45,7 @@ def test_recurrent_layer_after_embedding_with_mask_zero(kind, variant):
     check_model(model, IDS, {"emb": "embedding", layer.name: kind.removesuffix("_reset_before")})
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"return_sequences": True, "zero_output_for_mask": True},
-                                    {"go_backwards": True, "return_state": True, "return_sequences": True},
-                                    {"activation": "relu", "recurrent_activation": "hard_sigmoid", "use_bias": False}],
-                         ids=["last", "zero_output", "backwards_state", "activations"])
+@pytest.mark.parametrize("kwargs", FORWARD_KWARGS.values(), ids=FORWARD_KWARGS.keys())
 @pytest.mark.parametrize("kind", LAYERS)
 def test_forward_equals_keras_call(kind, kwargs):
     layer = LAYERS[kind](3, **kwargs)
@@ -127,10 +130,7 @@ def test_keras3_recurrent_layer_after_embedding_with_mask_zero(kind, variant):
     check_model(model, IDS, {"emb": "embedding", layer.name: kind.removesuffix("_reset_before")})
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"return_sequences": True, "zero_output_for_mask": True},
-                                    {"go_backwards": True, "return_state": True, "return_sequences": True},
-                                    {"activation": "relu", "recurrent_activation": "hard_sigmoid", "use_bias": False}],
-                         ids=["last", "zero_output", "backwards_state", "activations"])
+@pytest.mark.parametrize("kwargs", FORWARD_KWARGS.values(), ids=FORWARD_KWARGS.keys())
 @pytest.mark.parametrize("kind", LAYERS)
 def test_keras3_forward_equals_keras_call(kind, kwargs):
     layer = _k3_layer(kind, 3, **kwargs)
