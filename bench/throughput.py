@@ -51,10 +51,10 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from tfpriv.compat import keras  # noqa: E402
-from tfpriv.models.architectures import build_architecture  # noqa: E402
-from tfpriv.models.divergences import CauchyMMD  # noqa: E402
-from tfpriv.models.priors import SparseMixture  # noqa: E402
-from tfpriv.models.vae import VAE  # noqa: E402
+from tfpriv.privae.architectures import build_architecture  # noqa: E402
+from tfpriv.privae.divergences import CauchyMMD  # noqa: E402
+from tfpriv.privae.priors import SparseMixture  # noqa: E402
+from tfpriv.privae.vae import VAE  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.privacy.terms import LossTerms, TermSpec  # noqa: E402
 from tfpriv.training.dp_model import DPModel  # noqa: E402

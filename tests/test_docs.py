@@ -47,8 +47,8 @@ from tfpriv.filter.filters import build_filter
 from tfpriv.filter.pipeline import save_filter
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.vae import VAE
 
 gan = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=10, seed=0)
 save_generator(gan, "runs/gan", {"model": "dpwgan_gp", "capacity": 2, "latent_size": 4, "num_classes": 10})

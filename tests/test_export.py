@@ -15,8 +15,8 @@ from tests.test_trained import tiny_filter_run, tiny_generator_run
 from tfpriv.export import export_run
 from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
-from tfpriv.models import cli as privae_job
-from tfpriv.models.vae import VAE
+from tfpriv.privae import job as privae_job
+from tfpriv.privae.vae import VAE
 from tfpriv.run_folder import SAVED_MODEL_DIR
 
 SEED = np.int64(11)

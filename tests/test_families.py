@@ -24,12 +24,12 @@ from tfpriv.jobs.flags import DEFINE_float
 from tfpriv.jobs.job import Job, PrivateSettings
 from tfpriv.jobs.pipeline import Built, TrainingRun
 from tfpriv.jobs.serving import N, SEED, Serving, function, seed_pair
-from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.tuning.family import FamilyTuning
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import LossTerms, TermSpec
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.dp_model import DPModel
-from tfpriv.training.tuner import Objective
+from tfpriv.tuning.tuner import Objective
 
 # On tfpriv's flags (tfpriv.jobs.flags.FLAGS), as every family's: absl's FLAGS stays the user's program's.
 DEFINE_float("toy_init", 0.5, "Toy family (tests/test_families.py): the centre's initial value.")

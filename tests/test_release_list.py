@@ -76,7 +76,7 @@ def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str
     if family == "make_private":
         return make_private_history(), ""
     common = [f"--output_dir={out}", "--verbose=0", "--sampling=shuffle"]
-    from tfpriv.gan import cli as gan_cli
+    from tfpriv.gan import job as gan_cli
     monkeypatch.setattr(gan_cli, "_classifier", lambda s: tiny_classifier())
     proc = train_py(*common, *family_args(family, data_dir), capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -138,7 +138,7 @@ def test_a_tuned_make_private_model_releases_only_listed_outputs(tmp_path):
     """Issue 50.14: `PrivateTuner` (your own model, tuned) writes the same top level as `--tune`; each
     entry, tuning.json's keys and best/'s files are make_private rows of the list."""
     from tfpriv.privacy.tuning import TrialCount
-    from tfpriv.training.private_tuner import PrivateTuner
+    from tfpriv.tuning.private_tuner import PrivateTuner
     import tfpriv
 
     rng = np.random.default_rng(0)

@@ -17,8 +17,8 @@ from tfpriv.filter.serving import TrainedFilter
 from tfpriv.gan.serving import TrainedGenerator
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.vae import VAE
 
 
 def record_model(path, model: str) -> None:

@@ -7,7 +7,7 @@ inputs and seed give the same outputs as `tfpriv.load(run_dir)`). The writer: `t
 
 | family | signatures (declared by) |
 |---|---|
-| privae | `encode`, `decode`, `sample` (`tfpriv.models.serving`) |
+| privae | `encode`, `decode`, `sample` (`tfpriv.privae.serving`) |
 | dpwgan_gp, dpgan | `sample`, with `labels` if conditional (`tfpriv.gan.serving`) |
 | filter | `privatize_z`, `privatize_x` (per user: `_user<k>`), `encode`, `decode` (`tfpriv.filter.serving`) |
 """

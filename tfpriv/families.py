@@ -26,9 +26,9 @@ __all__ = ["Family", "families", "family", "family_of_run", "load_built_ins", "r
 
 def load_built_ins() -> None:
     """Imports the built-in family packages; each registers its `Family` (one line per family)."""
-    from tfpriv.models import cli as _privae  # noqa: F401  privae (= vae)
-    from tfpriv.gan import cli as _gan  # noqa: F401  dpwgan_gp, dpgan
-    from tfpriv.filter import cli as _filter  # noqa: F401  filter
+    from tfpriv.privae import job as _privae  # noqa: F401  privae (= vae)
+    from tfpriv.gan import job as _gan  # noqa: F401  dpwgan_gp, dpgan
+    from tfpriv.filter import job as _filter  # noqa: F401  filter
 
 
 def families() -> dict[str, Family]:

@@ -1,7 +1,7 @@
 """Private synthetic data without a training loop: `tfpriv.synthesizer(name, epsilon=..., **settings)`.
 
 A `Synthesizer` runs the family's own command-line job (its registered `Family`, `tfpriv.families`:
-`tfpriv/models/cli.py`, `tfpriv/gan/cli.py`) on the arrays given to `fit`, not on a named dataset: the same
+`tfpriv/privae/job.py`, `tfpriv/gan/job.py`) on the arrays given to `fit`, not on a named dataset: the same
 `TrainingRun` sequence, `plan_privacy` calibrating the noise to `epsilon` at `delta` for the
 planned epochs, `fit_private`, the ledger, results.json and the SavedModel export. Only the
 dataset-specific evaluation (held-out scores, figures) is left out: the arrays are all private.

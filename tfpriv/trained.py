@@ -3,7 +3,7 @@
 The family is the one results.json's `model` names (`tfpriv.families`); its loader reads what its
 job saved after training. For the built-in families `load` returns:
 
-- privae: `tfpriv.models.vae.VAE` (`vae/`): `encode(x) -> (mean, logvar)`, `decode(z)`, `sample(n, seed)`;
+- privae: `tfpriv.privae.vae.VAE` (`vae/`): `encode(x) -> (mean, logvar)`, `decode(z)`, `sample(n, seed)`;
 - dpwgan_gp, dpgan: `tfpriv.gan.serving.TrainedGenerator` (`generator.keras`, `gan.json`): the Keras
   generator and `sample(n, seed, labels=None)`;
 - filter: `tfpriv.filter.serving.TrainedFilter` (`vae/`, `filter/` or `filter/user<k>/`): the frozen

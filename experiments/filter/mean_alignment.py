@@ -18,7 +18,7 @@ from tfpriv.data import load_dataset
 from tfpriv.filter.divergence import estimate_precision, mean_divergence
 from tfpriv.filter.stage1 import frozen
 from tfpriv.filter.tasks import resolve_label
-from tfpriv.models.vae import load_vae
+from tfpriv.privae.vae import load_vae
 
 run = sys.argv[1]
 ds = load_dataset("abalone", "/work/shared/data", seed=0, feature_scaling="train")

@@ -35,12 +35,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfpriv.data import load_dataset  # noqa: E402
-from tfpriv.models.architectures import build_architecture  # noqa: E402
-from tfpriv.models.divergences import make_divergence  # noqa: E402
-from tfpriv.models.evaluation import evaluate_vae  # noqa: E402
-from tfpriv.models.plots import image_grid  # noqa: E402
-from tfpriv.models.priors import make_prior  # noqa: E402
-from tfpriv.models.vae import VAE  # noqa: E402
+from tfpriv.privae.architectures import build_architecture  # noqa: E402
+from tfpriv.privae.divergences import make_divergence  # noqa: E402
+from tfpriv.privae.evaluation import evaluate_vae  # noqa: E402
+from tfpriv.privae.plots import image_grid  # noqa: E402
+from tfpriv.privae.priors import make_prior  # noqa: E402
+from tfpriv.privae.vae import VAE  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.training.runner import fit_private, plan_privacy  # noqa: E402
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from tfpriv.data import load_dataset
 from tfpriv.metrics.sparsity import hoyer_sparsity
-from tfpriv.models.evaluation import encode_all
-from tfpriv.models.vae import load_vae
+from tfpriv.privae.evaluation import encode_all
+from tfpriv.privae.vae import load_vae
 
 EVAL_EXAMPLES = 2000
 

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tfpriv.data import load_dataset
 from tfpriv.metrics.kernels import cauchy_mmd
-from tfpriv.models.vae import load_vae
+from tfpriv.privae.vae import load_vae
 
 EXAMPLES, PARTITIONS, PARTITION_SIZE = 32, 8, 16
 

@@ -7,12 +7,12 @@ from tests.conftest import saved_flags
 from tfpriv import families
 from tfpriv.cli import main as cli_main
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.filter import cli as filter_job
-from tfpriv.gan import cli as gan_job
+from tfpriv.filter import job as filter_job
+from tfpriv.gan import job as gan_job
 from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import CONTROL_FLAGS, Family, Job, flag_message, read_settings, tfpriv_flags
 from tfpriv.jobs.pipeline import check_privacy_flags
-from tfpriv.models import cli as privae_job
+from tfpriv.privae import job as privae_job
 
 
 
@@ -129,7 +129,7 @@ def test_library_parameters_are_shown_as_the_jobs_flags():
 
 
 def test_library_errors_name_parameters_not_flags():
-    from tfpriv.models.priors import make_prior
+    from tfpriv.privae.priors import make_prior
     from tfpriv.privacy.config import DPConfig
     from tfpriv.privacy.terms import TermSpec
     from tfpriv.training.runner import plan_privacy

@@ -1,7 +1,7 @@
 """What `train.py` prints when a run finishes (`tfpriv.cli.main.report`)."""
 from tfpriv.cli import main as cli_main
 from tfpriv.training.runner import SHUFFLE_NOTE
-from tfpriv.filter.cli import guarantees
+from tfpriv.filter.job import guarantees
 
 RESULTS = {"epsilon": 2.5, "delta": 1e-5, "aggregation": "micro", "effective_noise_multiplier": 1.1, "steps": 40,
            "metrics": {}}

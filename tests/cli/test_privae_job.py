@@ -16,8 +16,8 @@ from tfpriv.compat import keras
 from tfpriv.data import make_pinwheel
 from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
-from tfpriv.models import cli as privae_job
-from tfpriv.models.vae import load_vae
+from tfpriv.privae import job as privae_job
+from tfpriv.privae.vae import load_vae
 
 PINWHEEL = ["--model=privae", "--dataset=pinwheel", "--prior=mixture", "--regularizer=kl_pq", "--latent_dim=2",
             "--num_partitions=1", "--batch_size=20"]

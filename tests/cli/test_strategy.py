@@ -10,7 +10,7 @@ import numpy as np
 
 from tests.cli.helpers import TRAIN, assert_one_line_error, subprocess_train_py, train_py
 from tests.conftest import REPO_ROOT
-from tfpriv.models.vae import load_vae
+from tfpriv.privae.vae import load_vae
 
 # PriVAE on the bundled digits: termwise with singleton partitions (the MMD term per example), SGD,
 # 6 Poisson steps; noise on (z = 2), so equal weights need equal clipped sums AND the same single

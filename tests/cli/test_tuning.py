@@ -22,10 +22,10 @@ from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
 import tfpriv
 from tfpriv.cli.tuning import TrialPlanner, report
 from tfpriv.data.sampling import sampling_rate_and_steps
-from tfpriv.gan import cli as gan_cli
+from tfpriv.gan import job as gan_cli
 from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
-from tfpriv.models import cli as privae_job
+from tfpriv.privae import job as privae_job
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount
 

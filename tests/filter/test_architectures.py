@@ -3,7 +3,7 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.filter import architectures as arch
-from tfpriv.models.vae import VAE
+from tfpriv.privae.vae import VAE
 
 
 def test_vae_network_shapes_per_dataset():

@@ -8,7 +8,7 @@ from tests.cli.helpers import assert_one_line_error, train_py
 from tests.conftest import REPO_ROOT
 from tfpriv.data import load_dataset
 from tfpriv.errors import UsageError
-from tfpriv.filter import cli
+from tfpriv.filter import job as filter_job
 from tfpriv.jobs import pipeline
 from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
@@ -27,7 +27,7 @@ def _parsed():
 @pytest.fixture
 def validated():
     def check(values):
-        return cli.validate(read_settings(cli.JOB, FLAGS, **values))["feature_scaling"]
+        return filter_job.validate(read_settings(filter_job.JOB, FLAGS, **values))["feature_scaling"]
     return check
 
 
@@ -45,7 +45,7 @@ def test_auto_is_public_under_dp_and_train_otherwise(validated, dataset):
 
 def test_dp_run_uses_and_records_public_scaling(tmp_path, data_dir):
     out = tmp_path / "run"
-    res = cli.run(read_settings(cli.JOB, FLAGS, **TINY, dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0,
+    res = filter_job.run(read_settings(filter_job.JOB, FLAGS, **TINY, dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0,
                                 **DP), str(out))
     stored = json.load(open(out / "results.json"))
     assert stored["feature_scaling"] == res["feature_scaling"] == "public"
@@ -63,7 +63,7 @@ def test_stage1_trains_on_the_public_features(tmp_path, data_dir, monkeypatch):
     monkeypatch.setattr(pipeline, "train", spy)
     out = tmp_path / "run"
     with pytest.raises(UsageError, match="spy"):
-        cli.run(read_settings(cli.JOB, FLAGS, **TINY, dataset="adult", data_dir=str(data_dir), seed=0,
+        filter_job.run(read_settings(filter_job.JOB, FLAGS, **TINY, dataset="adult", data_dir=str(data_dir), seed=0,
                               **{**DP, "delta": 1e-5}), str(out))
     public = load_dataset("adult", data_dir, feature_scaling="public")
     assert seen["x_train"].shape == (30162, 102)
@@ -73,7 +73,7 @@ def test_stage1_trains_on_the_public_features(tmp_path, data_dir, monkeypatch):
 def test_train_scaling_with_dp_is_refused_before_output(tmp_path, data_dir):
     out = tmp_path / "run"
     with pytest.raises(UsageError) as err:
-        cli.run(read_settings(cli.JOB, FLAGS, **TINY, dataset="adult", data_dir=str(data_dir), seed=0, **DP,
+        filter_job.run(read_settings(filter_job.JOB, FLAGS, **TINY, dataset="adult", data_dir=str(data_dir), seed=0, **DP,
                               feature_scaling="train"), str(out))
     message = str(err.value)
     assert message.startswith("feature_scaling: train scales adult's features with statistics of the private "

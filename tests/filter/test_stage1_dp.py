@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from tests.cli.helpers import assert_one_line_error, train_py
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.filter import cli
+from tfpriv.filter import job as filter_job
 from tfpriv.compat import keras
 from tfpriv.filter.stage1 import Stage1, build_stage1_vae, frozen, privacy_record
 from tfpriv.jobs.flags import FLAGS
@@ -46,7 +46,7 @@ def _train(vae, ds, plan, directory, seed) -> Stage1:
 
 def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     out = tmp_path / "run"
-    res = cli.run(read_settings(cli.JOB, FLAGS, vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
+    res = filter_job.run(read_settings(filter_job.JOB, FLAGS, vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
                                 data_dir=str(data_dir), seed=0, verbose=0, aggregation="micro", noise_multiplier=1.1,
                                 l2_norm_clip=1.0, delta=1e-4), str(out))
     stored = json.load(open(out / "results.json"))
@@ -133,8 +133,8 @@ def test_a_term_that_mixes_examples_is_refused(tmp_path):
 def test_bad_dp_settings_raise_one_line_usage_error_and_write_nothing(tmp_path, data_dir, values, message):
     out = tmp_path / "run"
     with pytest.raises(UsageError) as err:
-        cli.run(read_settings(cli.JOB, FLAGS, dataset="abalone", data_dir=str(data_dir), seed=0, **values), str(out))
-    shown = flag_message(err.value, cli.JOB)  # what train.py prints after "error: "
+        filter_job.run(read_settings(filter_job.JOB, FLAGS, dataset="abalone", data_dir=str(data_dir), seed=0, **values), str(out))
+    shown = flag_message(err.value, filter_job.JOB)  # what train.py prints after "error: "
     assert shown.startswith(message) and "\n" not in str(err.value), str(err.value)
     assert not out.exists()
 

@@ -10,8 +10,8 @@ import tfpriv
 from tfpriv.audit.sweep import build_vae
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.vae import VAE
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.callbacks import BudgetExhausted, StepProgressBar, loggable

@@ -7,10 +7,10 @@ from tests.gan.helpers import dp as gan_dp
 from tests.gan.helpers import tiny_wgan
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.divergences import make_divergence
-from tfpriv.models.priors import make_prior
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.divergences import make_divergence
+from tfpriv.privae.priors import make_prior
+from tfpriv.privae.vae import VAE
 from tfpriv.privacy.accounting import RDP, get_accountant
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import LossTerms, TermSpec

@@ -4,8 +4,8 @@ import numpy as np
 
 import tfpriv
 from tfpriv.compat import keras
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.vae import VAE
 from tfpriv.training.progress import Heartbeat
 from tfpriv.training.runner import fit_private, plan_privacy
 

@@ -8,10 +8,10 @@ import pytest
 from tfpriv.compat import keras
 from tfpriv.filter.stage1 import build_stage1_vae, privacy_record
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.divergences import make_divergence
-from tfpriv.models.priors import make_prior
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.divergences import make_divergence
+from tfpriv.privae.priors import make_prior
+from tfpriv.privae.vae import VAE
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec

@@ -1,4 +1,4 @@
-"""Save -> load -> identical outputs for the GAN generator and the filter (VAE: tests/models/test_vae.py,
+"""Save -> load -> identical outputs for the GAN generator and the filter (VAE: tests/privae/test_vae.py,
 make_private: tests/training/test_private_model.py)."""
 import types
 

@@ -142,10 +142,10 @@ def build_vae(prior: str, divergence: str, input_shape: Sequence[int], latent_di
               hidden: Sequence[int] | None = None, alpha: float = 10.0, seed: int = 0,
               prior_samples: int | None = None):
     """A tiny PriVAE; `hidden` None: `build_architecture("mlp")`'s default widths."""
-    from tfpriv.models.architectures import build_architecture, mlp_decoder, mlp_encoder
-    from tfpriv.models.divergences import make_divergence
-    from tfpriv.models.priors import make_prior
-    from tfpriv.models.vae import VAE
+    from tfpriv.privae.architectures import build_architecture, mlp_decoder, mlp_encoder
+    from tfpriv.privae.divergences import make_divergence
+    from tfpriv.privae.priors import make_prior
+    from tfpriv.privae.vae import VAE
     keras.utils.set_random_seed(seed)
     if hidden is None:
         encoder, decoder = build_architecture("mlp", input_shape, latent_dim)

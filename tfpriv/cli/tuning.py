@@ -2,7 +2,7 @@
 
 Each trial is the job's `run(settings, OUTPUT_DIR/private/trials/<id>)` in this process with the
 trial's values over the command line's settings (its own results.json, checkpoints, logs); the
-tuner is keras-tuner's (`tfpriv.training.tuner`). A family declares its default search space and
+tuner is keras-tuner's (`tfpriv.tuning.tuner`). A family declares its default search space and
 its named objectives as data (`Job.tuning`, a `FamilyTuning`; each objective says which data it
 reads, and one that reads private data cannot choose among private trials); `--search_space` (a
 JSON file or an inline JSON object, also in a flag file) is merged over the default (`null`
@@ -31,11 +31,11 @@ from tfpriv.errors import ConfigError, UsageError
 from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string, FLAGS  # tfpriv's flags
 from tfpriv.jobs.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
 from tfpriv.jobs.pipeline import check_privacy_flags
-from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.tuning.family import FamilyTuning
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
 from tfpriv.run_folder import PRIVATE_DIR, TRIALS_DIR
-from tfpriv.training.tuner import TUNERS, TuningJob, privacy_configurations
+from tfpriv.tuning.tuner import TUNERS, TuningJob, privacy_configurations
 
 DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
                "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "

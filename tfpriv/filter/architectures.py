@@ -1,7 +1,7 @@
 """Per-dataset stage-1 encoder/decoder builders, stage-2/3 classifiers and the robust-decoder term.
 
 Encoders map x -> [B, 2*D] (mean ‖ logvar); decoders map z [B, D] -> x-shaped output (logits for a
-Bernoulli likelihood, means for a Gaussian one), the contract of `tfpriv.models.vae.VAE`.
+Bernoulli likelihood, means for a Gaussian one), the contract of `tfpriv.privae.vae.VAE`.
 Sizes follow paper 001 §6.7.1 (MNIST 10-d, Adult 10-d with two FC + ELU, Abalone 4-d single linear
 layer, CelebA 64x64x3 -> 100 = 50 mean / 50 logvar with a DenseNet-style encoder).
 """

@@ -2,7 +2,7 @@
 
 Labels are passed as dicts keyed by role: "private", "utility" and optionally "nontarget".
 `FilterConfig` is not validated here: the command line checks its flags once
-(tfpriv/filter/cli.py) and `FilterGame` / `build_filter` refuse bad values of their own.
+(tfpriv/filter/job.py) and `FilterGame` / `build_filter` refuse bad values of their own.
 """
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ import tensorflow as tf
 from tfpriv.errors import UsageError
 from tfpriv.filter.pipeline import FILTER_CONFIG, load_filter
 from tfpriv.jobs.serving import SEED, Y_PRIVATE, Serving, function, seed_pair, spec
-from tfpriv.models.serving import load_run_vae, vae_functions, vae_variables
-from tfpriv.models.vae import VAE, VAE_CONFIG
+from tfpriv.privae.serving import load_run_vae, vae_functions, vae_variables
+from tfpriv.privae.vae import VAE, VAE_CONFIG
 from tfpriv.run_folder import FILTER_DIR, VAE_DIR
 
 

@@ -1,6 +1,6 @@
 """Stage 1 of the filter pipeline: the (frozen) VAE whose codes the filters act on.
 
-The VAE is the project's `tfpriv.models.vae.VAE` (a `DPModel`), so a private stage 1 (issue 5:
+The VAE is the project's `tfpriv.privae.vae.VAE` (a `DPModel`), so a private stage 1 (issue 5:
 the VAE trained on users' data by an aggregator) is planned by `plan_privacy` and trained by
 `fit_private`: clipping, noise, Poisson sampling and the RDP accounting are the engine's; no
 accounting lives here. The command line trains stage 1 through the shared job sequence
@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.filter.architectures import build_vae_networks, make_lipschitz_decoder_term
-from tfpriv.models.vae import VAE
+from tfpriv.privae.vae import VAE
 
 ADJACENCY_NOTE = "Poisson-sampled Gaussian, add-or-remove-one adjacency"
 

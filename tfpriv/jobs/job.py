@@ -1,8 +1,8 @@
 """The job contract of `train.py`: a `Job` per model family, the `Family` registry, one shared settings reader.
 
 A family provides
-  * its flags (defined once, in its own module: tfpriv/models/cli.py, tfpriv/gan/cli.py,
-    tfpriv/filter/cli.py; the shared ones are in tfpriv/jobs/flags.py), on tfpriv's own `FLAGS`
+  * its flags (defined once, in its own module: tfpriv/privae/job.py, tfpriv/gan/job.py,
+    tfpriv/filter/job.py; the shared ones are in tfpriv/jobs/flags.py), on tfpriv's own `FLAGS`
     (`tfpriv.jobs.flags.DEFINE_*`), never absl's global one,
   * a typed settings dataclass whose fields are the flags it reads (`Settings` subclasses),
   * its defaults for shared flags as data (`Job.defaults`, per --model value `Job.model_defaults`),

@@ -12,7 +12,7 @@ and Theorem 6 the Poisson distribution with mean μ: ε'(λ) = ε(λ) + μ·δ̂
 trial is (ε̂, δ̂)-DP with e^ε̂ = 1 + 1/(λ − 1). dp_accounting 0.4.3 (the version TF Privacy 0.9.0
 pins) implements both as `RepeatAndSelectDpEvent(event, mean, shape)` in its RDP accountant; this
 module supplies the trial-count distributions (the tuner must *draw* K: a fixed number of trials
-does not satisfy the theorems) and the cost of capping K; the tuner (`tfpriv.training.tuner`)
+does not satisfy the theorems) and the cost of capping K; the tuner (`tfpriv.tuning.tuner`)
 computes the job's epsilon from the RDP curve of the least private trial. The guarantee needs
 every trial to be the same mechanism (same event) or a mechanism no less private.
 

@@ -399,8 +399,8 @@ class DPModel(DPTraining, keras.Model):
 
         >>> import numpy as np
         >>> import tfpriv
-        >>> from tfpriv.models.architectures import build_architecture
-        >>> from tfpriv.models.vae import VAE
+        >>> from tfpriv.privae.architectures import build_architecture
+        >>> from tfpriv.privae.vae import VAE
         >>> vae = VAE(*build_architecture("mlp", [12], 3))
         >>> vae.compile("adam", dp=tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,
         ...                                        expected_batch_size=8, num_partitions=1),

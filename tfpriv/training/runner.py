@@ -347,8 +347,8 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         >>> import numpy as np
         >>> import tfpriv
         >>> from tfpriv.compat import keras
-        >>> from tfpriv.models.architectures import build_architecture
-        >>> from tfpriv.models.vae import VAE
+        >>> from tfpriv.privae.architectures import build_architecture
+        >>> from tfpriv.privae.vae import VAE
         >>> from tfpriv.training.runner import fit_private, plan_privacy
         >>> vae = VAE(*build_architecture("mlp", [12], 3))
         >>> plan = plan_privacy(tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1,

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 
 from tfpriv.compat import keras
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.divergences import make_divergence
-from tfpriv.models.priors import make_prior
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.divergences import make_divergence
+from tfpriv.privae.priors import make_prior
+from tfpriv.privae.vae import VAE
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.runner import fit_private, plan_privacy, read_ledger
 

@@ -22,10 +22,10 @@ split_cpu(2)
 from tfpriv.filter.stage1 import build_stage1_vae  # noqa: E402
 from tfpriv.gan.dpgan import make_dpgan, rmsprop  # noqa: E402
 from tfpriv.gan.wgan_gp import dp_adam, make_dpwgan_gp  # noqa: E402
-from tfpriv.models.architectures import build_architecture  # noqa: E402
-from tfpriv.models.divergences import make_divergence  # noqa: E402
-from tfpriv.models.priors import make_prior  # noqa: E402
-from tfpriv.models.vae import VAE  # noqa: E402
+from tfpriv.privae.architectures import build_architecture  # noqa: E402
+from tfpriv.privae.divergences import make_divergence  # noqa: E402
+from tfpriv.privae.priors import make_prior  # noqa: E402
+from tfpriv.privae.vae import VAE  # noqa: E402
 from tfpriv.privacy.config import DPConfig  # noqa: E402
 from tfpriv.training.runner import fit_private, plan_privacy  # noqa: E402
 

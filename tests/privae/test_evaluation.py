@@ -3,10 +3,10 @@ import numpy as np
 
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.evaluation import evaluate_vae
-from tfpriv.models.priors import make_prior
-from tfpriv.models.vae import VAE
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.evaluation import evaluate_vae
+from tfpriv.privae.priors import make_prior
+from tfpriv.privae.vae import VAE
 
 
 def test_metrics_on_pinwheel_have_sane_values():

@@ -13,7 +13,7 @@ from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount
-from tfpriv.training.private_tuner import PrivateTuner
+from tfpriv.tuning.private_tuner import PrivateTuner
 
 N, Z, DELTA = 128, 1.2, 1e-3
 SPACE = {"learning_rate": {"type": "float", "min": 1e-2, "max": 3e-1, "log": True},

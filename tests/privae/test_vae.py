@@ -9,10 +9,10 @@ from scipy import stats
 
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
-from tfpriv.models.architectures import build_architecture
-from tfpriv.models.divergences import make_divergence
-from tfpriv.models.priors import make_prior
-from tfpriv.models.vae import VAE, load_vae
+from tfpriv.privae.architectures import build_architecture
+from tfpriv.privae.divergences import make_divergence
+from tfpriv.privae.priors import make_prior
+from tfpriv.privae.vae import VAE, load_vae
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import BatchLayout
 

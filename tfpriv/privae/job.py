@@ -17,18 +17,18 @@ from tfpriv.jobs import pipeline
 from tfpriv.jobs.flags import DEFINE_float, DEFINE_integer, DEFINE_string  # on tfpriv's FLAGS, not absl's
 from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
-from tfpriv.jobs.tuning import FamilyTuning
-from tfpriv.models import serving
-from tfpriv.models.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
+from tfpriv.tuning.family import FamilyTuning
+from tfpriv.privae import serving
+from tfpriv.privae.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
                                          parse_hidden)
-from tfpriv.models.divergences import make_divergence
-from tfpriv.models.evaluation import encode_all, evaluate_vae
-from tfpriv.models.plots import image_grid, pinwheel_figure
-from tfpriv.models.priors import GaussianMixture, make_prior
-from tfpriv.models.vae import VAE, VAE_CONFIG, load_vae
+from tfpriv.privae.divergences import make_divergence
+from tfpriv.privae.evaluation import encode_all, evaluate_vae
+from tfpriv.privae.plots import image_grid, pinwheel_figure
+from tfpriv.privae.priors import GaussianMixture, make_prior
+from tfpriv.privae.vae import VAE, VAE_CONFIG, load_vae
 from tfpriv.privacy.config import DPConfig
 from tfpriv.run_folder import VAE_DIR
-from tfpriv.training.tuner import Objective
+from tfpriv.tuning.tuner import Objective
 
 DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
 DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")

@@ -35,10 +35,10 @@ from tfpriv.jobs.flags import (DEFINE_boolean, DEFINE_float, DEFINE_integer, DEF
 from tfpriv.jobs import pipeline
 from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
-from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.tuning.family import FamilyTuning
 from tfpriv.run_folder import CHECKPOINTS_DIR, FILTER_DIR, PRIVACY_PLAN_FILE, STAGE1_DIR, VAE_DIR
 from tfpriv.training.results import guarantee
-from tfpriv.training.tuner import NEUTRAL_KEYS, Objective
+from tfpriv.tuning.tuner import NEUTRAL_KEYS, Objective
 
 DEFAULT_TASKS = {  # dataset -> (private, utility, non-target)
     "mnist": ("digit_ge5", "parity", "circle"),

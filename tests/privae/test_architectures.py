@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.models.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
+from tfpriv.privae.architectures import PINWHEEL_HIDDEN, build_architecture, parse_hidden
 
 
 def _dense_units(model):

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from tfpriv.training.best_run import copy_best_run
+from tfpriv.tuning.best_run import copy_best_run
 
 
 def trial_folder(tmp_path, trial_id: str = "7"):

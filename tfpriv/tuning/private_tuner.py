@@ -1,7 +1,7 @@
 """Tuning your own `make_private` model with keras-tuner, with the guarantees of `train.py --tune`.
 
 `PrivateTuner(build_model, space, objective, score_data)` is keras-tuner's random search over
-`build_model(hp) -> compiled make_private model`, run as a `tfpriv.training.tuner.TuningJob`: the
+`build_model(hp) -> compiled make_private model`, run as a `tfpriv.tuning.tuner.TuningJob`: the
 number of trials K is drawn (a `TrialCount`; a fixed count is not covered), each trial's DpEvent is
 planned from the model `build_model` returns (its sampling rate, noise multiplier and the steps
 `fit` takes), the job's ε is Papernot & Steinke's bound over the space's least private
@@ -29,7 +29,7 @@ from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.run_folder import RESULTS_FILE
 from tfpriv.training.dp_model import DPTraining
-from tfpriv.training.tuner import NEUTRAL_KEYS, Objective, TuningJob, define, privacy_configurations
+from tfpriv.tuning.tuner import NEUTRAL_KEYS, Objective, TuningJob, define, privacy_configurations
 
 MODEL_FILE = "model.keras"  # the trained Keras model of a trial (`keras.models.load_model`)
 

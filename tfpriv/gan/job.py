@@ -23,9 +23,9 @@ from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFI
 from tfpriv.jobs import pipeline
 from tfpriv.jobs.job import Family, Job, PrivateSettings, register
 from tfpriv.jobs.pipeline import Built, need, progress
-from tfpriv.jobs.tuning import FamilyTuning
+from tfpriv.tuning.family import FamilyTuning
 from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE, PROGRESS_FILE
-from tfpriv.training.tuner import Objective
+from tfpriv.tuning.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")
 IMAGE_DATASETS = ("mnist", "fashion_mnist")

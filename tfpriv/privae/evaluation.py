@@ -16,8 +16,8 @@ from tfpriv.metrics.clustering import cluster_purity
 from tfpriv.metrics.kernels import mmd_metric
 from tfpriv.metrics.likelihood import importance_sampled_log_likelihood
 from tfpriv.metrics.sparsity import hoyer_sparsity
-from tfpriv.models.priors import GaussianMixture
-from tfpriv.models.vae import VAE
+from tfpriv.privae.priors import GaussianMixture
+from tfpriv.privae.vae import VAE
 
 
 def encode_all(vae: VAE, x: np.ndarray, batch_size: int = 500) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from tfpriv.errors import UsageError
-from tfpriv.training.tuner import NEUTRAL_KEYS, Objective
+from tfpriv.tuning.tuner import NEUTRAL_KEYS, Objective
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ import tensorflow as tf
 from scipy import stats
 
 from tfpriv.errors import ConfigError
-from tfpriv.models.priors import GaussianMixture, SparseMixture, StandardNormal, make_prior, prior_from_config
+from tfpriv.privae.priors import GaussianMixture, SparseMixture, StandardNormal, make_prior, prior_from_config
 
 
 def test_standard_normal_log_prob():

@@ -12,7 +12,7 @@ import os
 
 from tfpriv.errors import UsageError
 from tfpriv.jobs.serving import N, SEED, Serving, function, spec
-from tfpriv.models.vae import VAE, VAE_CONFIG, load_vae
+from tfpriv.privae.vae import VAE, VAE_CONFIG, load_vae
 from tfpriv.run_folder import VAE_DIR
 
 def load_run_vae(run_dir: str) -> VAE:

@@ -1,7 +1,7 @@
 """PriVAE: the VAE model, priors, divergences and built-in architectures."""
-from tfpriv.models.divergences import CauchyMMD, Divergence, KLPriorToAggregate
-from tfpriv.models.priors import GaussianMixture, Prior, SparseMixture, StandardNormal
-from tfpriv.models.vae import VAE, load_vae
+from tfpriv.privae.divergences import CauchyMMD, Divergence, KLPriorToAggregate
+from tfpriv.privae.priors import GaussianMixture, Prior, SparseMixture, StandardNormal
+from tfpriv.privae.vae import VAE, load_vae
 
 __all__ = ["CauchyMMD", "Divergence", "GaussianMixture", "KLPriorToAggregate", "Prior", "SparseMixture",
            "StandardNormal", "VAE", "load_vae"]

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tfpriv.training.console import console_to
+from tfpriv.tuning.console import console_to
 
 
 def test_python_and_file_descriptor_output_go_to_the_file_and_come_back(tmp_path, capfd):

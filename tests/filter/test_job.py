@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tfpriv.errors import UsageError
-from tfpriv.filter import cli
+from tfpriv.filter import job as filter_job
 from tfpriv.filter.pipeline import load_filter
 from tfpriv.jobs.flags import FLAGS
 from tfpriv.jobs.job import read_settings
@@ -22,7 +22,7 @@ def _parsed():
 
 
 def settings(**values):
-    return read_settings(cli.JOB, FLAGS, **values)
+    return read_settings(filter_job.JOB, FLAGS, **values)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -43,32 +43,32 @@ def settings(**values):
 def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, overrides, message):
     out = tmp_path / "run"
     with pytest.raises(UsageError) as err:
-        cli.run(settings(**{"dataset": "abalone", "data_dir": "/nonexistent", **overrides}), str(out))
+        filter_job.run(settings(**{"dataset": "abalone", "data_dir": "/nonexistent", **overrides}), str(out))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     assert not out.exists()
 
 
 def test_the_default_dataset_is_one_the_filter_supports():
     s = settings()
-    assert s.dataset == "mnist" and cli.validate(s)["feature_scaling"] is None
+    assert s.dataset == "mnist" and filter_job.validate(s)["feature_scaling"] is None
 
 
 def test_bad_label_raises_before_output(tmp_path, data_dir):
     out = tmp_path / "run"
     with pytest.raises(UsageError, match=r"^--private_label: unknown label 'gender'"):
-        cli.run(settings(dataset="abalone", data_dir=str(data_dir), private_label="gender"), str(out))
+        filter_job.run(settings(dataset="abalone", data_dir=str(data_dir), private_label="gender"), str(out))
     assert not out.exists()
 
 
 @pytest.fixture(scope="module")
 def seeded_runs(tmp_path_factory, data_dir):
-    """Two runs with the same --seed (label noise on): [(output folder, what cli.run returned)] x 2."""
+    """Two runs with the same --seed (label noise on): [(output folder, what filter_job.run returned)] x 2."""
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
     runs = []
     for name in ("a", "b"):
         out = tmp_path_factory.mktemp("filter_seeded") / name
-        runs.append((out, cli.run(settings(dataset="abalone", data_dir=str(data_dir), seed=3, verbose=0,
+        runs.append((out, filter_job.run(settings(dataset="abalone", data_dir=str(data_dir), seed=3, verbose=0,
                                            label_epsilon=10.0, **TINY), str(out))))
     return runs
 
@@ -128,31 +128,31 @@ def test_train_py_refuses_bad_label_epsilon_with_exit_2(tmp_path, capsys, data_d
 
 def test_budget_message_is_exact(tmp_path):
     with pytest.raises(UsageError) as err:
-        cli.run(settings(dataset="abalone", budget=-1.0), str(tmp_path / "run"))
+        filter_job.run(settings(dataset="abalone", budget=-1.0), str(tmp_path / "run"))
     assert str(err.value) == "--budget: must be >= 0, got -1"
 
 
 def test_sample_mode_is_not_a_filter_job():
-    assert cli.JOB.sample is None  # train.py refuses --mode=sample for --model=filter (tests/cli)
+    assert filter_job.JOB.sample is None  # train.py refuses --mode=sample for --model=filter (tests/cli)
 
 
 def test_guarantees_name_each_artefact_and_only_the_private_ones_carry_an_epsilon():
-    single = cli.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, multiuser=False)
+    single = filter_job.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, multiuser=False)
     assert (single["vae/"]["epsilon"], single["vae/"]["delta"]) == (2.178, 1e-5)
     assert single["filter/"]["epsilon"] is None and single["filter/"]["guarantee"].startswith("not private")
     assert "3341 training records" in single["filter/"]["guarantee"]
     assert single["released codes"]["epsilon"] == 0.9 and "label-change" in single["released codes"]["guarantee"]
     assert single["saved_model/"]["epsilon"] is None and single["metrics"]["epsilon"] is None
-    multi = cli.guarantees(False, float("inf"), 1e-5, None, [0.5, None], 1e-5, 3341, multiuser=True)
+    multi = filter_job.guarantees(False, float("inf"), 1e-5, None, [0.5, None], 1e-5, 3341, multiuser=True)
     assert multi["vae/"]["epsilon"] is None and "--aggregation=none" in multi["vae/"]["guarantee"]
     assert "that user's part" in multi["filter/"]["guarantee"]
     assert multi["released codes"]["epsilon"] is None  # one user's mlp filter has no bound: none for the release
-    assert cli.guarantees(True, 1.0, 1e-5, None, [0.5, 2.0], 1e-5, 10, True)["released codes"]["epsilon"] == 2.0
+    assert filter_job.guarantees(True, 1.0, 1e-5, None, [0.5, 2.0], 1e-5, 10, True)["released codes"]["epsilon"] == 2.0
     assert "never recorded" in single["released codes"]["guarantee"]
-    seeded = cli.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, False, release_seed=10)["released codes"]
+    seeded = filter_job.guarantees(True, 2.178, 1e-5, None, [0.9], 1e-5, 3341, False, release_seed=10)["released codes"]
     assert seeded["epsilon"] is None and "reproducible from --seed (release seed 10)" in seeded["guarantee"]
     # the scope no longer tells a single-user run that its filter saw only "that user's own codes"
-    assert "own codes" not in cli.PRIVACY_SCOPE and "without DP" in cli.PRIVACY_SCOPE
+    assert "own codes" not in filter_job.PRIVACY_SCOPE and "without DP" in filter_job.PRIVACY_SCOPE
 
 
 def test_a_run_without_seed_prints_each_guarantee_and_records_no_release_seed(tmp_path, capsys, data_dir):

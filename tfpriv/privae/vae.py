@@ -22,9 +22,9 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
-from tfpriv.models.divergences import Divergence, divergence_from_config
-from tfpriv.models.likelihoods import get_likelihood, mean_of
-from tfpriv.models.priors import Prior, StandardNormal, prior_from_config
+from tfpriv.privae.divergences import Divergence, divergence_from_config
+from tfpriv.privae.likelihoods import get_likelihood, mean_of
+from tfpriv.privae.priors import Prior, StandardNormal, prior_from_config
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPModel
 
@@ -43,7 +43,7 @@ class VAE(DPModel):
       decoder: z [N, D] -> logits ("bernoulli") or locations ("gaussian", "laplace") shaped like x.
       prior: p(z); standard normal by default.
       likelihood: "bernoulli" (data in [0, 1]), "gaussian" (fixed std `obs_std`) or "laplace"
-        (fixed scale `obs_scale`); see `tfpriv.models.likelihoods`.
+        (fixed scale `obs_scale`); see `tfpriv.privae.likelihoods`.
       beta: weight of the per-example KL term.
       alpha: weight of the batch-wise divergence (psi = alpha * D).
       regularizer: the divergence D(q(z), p(z)), or None.

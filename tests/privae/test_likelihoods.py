@@ -4,7 +4,7 @@ import pytest
 from scipy import integrate, stats
 
 from tfpriv.errors import ConfigError
-from tfpriv.models.likelihoods import (LIKELIHOODS, bernoulli_log_prob, gaussian_log_prob, get_likelihood,
+from tfpriv.privae.likelihoods import (LIKELIHOODS, bernoulli_log_prob, gaussian_log_prob, get_likelihood,
                                        laplace_log_prob, mean_of)
 
 X = np.array([[0.0, 0.2, 0.5, 1.0, 1.7]], np.float32)

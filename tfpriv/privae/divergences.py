@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tfpriv.errors import ConfigError
 from tfpriv.metrics.kernels import DEFAULT_SCALES, cauchy_mmd
-from tfpriv.models.priors import Prior
+from tfpriv.privae.priors import Prior
 from tfpriv.privacy.rng import slots
 
 LOG_2PI = math.log(2.0 * math.pi)

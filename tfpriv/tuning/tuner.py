@@ -59,8 +59,8 @@ from tfpriv.privacy.statement import write_statement
 from tfpriv.privacy.tuning import TrialCount, capped_job_epsilon
 from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, SAVED_MODEL_DIR, TRIALS_DIR, TUNING_CONSOLE_FILE,
                                TUNING_FILE, TUNING_PLAN_FILE, TUNING_TRIAL_FILE)
-from tfpriv.training.best_run import copy_best_run
-from tfpriv.training.console import console_to
+from tfpriv.tuning.best_run import copy_best_run
+from tfpriv.tuning.console import console_to
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
@@ -397,7 +397,7 @@ class TuningJob:
 
     def release(self, output_dir: str, common: dict, best: dict | None, privacy: dict) -> dict:
         """Writes what the job releases: OUTPUT_DIR/best (the best trial's run, naming no trial:
-        `tfpriv.training.best_run`) and OUTPUT_DIR/tuning.json (its values and score, the job's
+        `tfpriv.tuning.best_run`) and OUTPUT_DIR/tuning.json (its values and score, the job's
         privacy). Random search's bound covers the best trial alone: the number of trials, the other
         trials and their scores stay in OUTPUT_DIR/private (its index among the trials would bound K
         from below)."""

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfpriv.models.divergences import CauchyMMD, KLPriorToAggregate, divergence_from_config, make_divergence
-from tfpriv.models.priors import GaussianMixture, StandardNormal
+from tfpriv.privae.divergences import CauchyMMD, KLPriorToAggregate, divergence_from_config, make_divergence
+from tfpriv.privae.priors import GaussianMixture, StandardNormal
 from tfpriv.errors import ConfigError
 
 
