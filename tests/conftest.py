@@ -48,7 +48,7 @@ def saved_flags(**overrides):
     absl's FLAGS): every tfpriv flag restored afterwards."""
     from absl.testing import flagsaver
 
-    from tfpriv.jobs.flags import FLAGS
+    from tfpriv.cli.flags import FLAGS
     saved = flagsaver.save_flag_values(FLAGS)
     try:
         for name, value in overrides.items():

@@ -13,8 +13,6 @@ import tensorflow as tf
 import tfpriv
 from tests.test_trained import tiny_filter_run, tiny_generator_run
 from tfpriv.export import export_run
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import read_settings
 from tfpriv.privae import job as privae_job
 from tfpriv.privae.vae import VAE
 from tfpriv.run_folder import SAVED_MODEL_DIR
@@ -48,17 +46,12 @@ assert "tfpriv" not in sys.modules, sorted(m for m in sys.modules if m.startswit
 """
 
 
-@pytest.fixture(autouse=True)
-def _parsed():
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-
 
 @pytest.fixture(scope="module")
 def privae_run(tmp_path_factory):
     """A tiny PriVAE run on the bundled digits through the shared run sequence (train.py's)."""
     out = str(tmp_path_factory.mktemp("privae") / "run")
-    settings = read_settings(privae_job.JOB, FLAGS, dataset="digits", aggregation="none", num_partitions=1, epochs=1,
+    settings = privae_job.JOB.settings(dataset="digits", aggregation="none", num_partitions=1, epochs=1,
                              batch_size=512, seed=0, verbose=0, eval_importance_samples=2, eval_examples=20)
     run = privae_job.PriVAERun(settings, out)
     return run, run.run()
@@ -182,7 +175,7 @@ def test_an_export_is_replaced_atomically(tmp_path, monkeypatch):
 def private_privae_run(tmp_path_factory):
     """A tiny private PriVAE run (termwise, z = 1.1, 3 Poisson steps) through the shared run sequence."""
     out = str(tmp_path_factory.mktemp("private_privae") / "run")
-    settings = read_settings(privae_job.JOB, FLAGS, dataset="digits", aggregation="termwise", noise_multiplier=1.1,
+    settings = privae_job.JOB.settings(dataset="digits", aggregation="termwise", noise_multiplier=1.1,
                              epochs=1, batch_size=512, seed=0, verbose=0, eval_importance_samples=2, eval_examples=20)
     run = privae_job.PriVAERun(settings, out)
     return run, run.run()

@@ -1,6 +1,7 @@
 """Adding a model family is its package plus one registry line: a toy family defined here, outside
-tfpriv/, trains through train.py's entry (`tfpriv.cli.main`), loads with `tfpriv.load`, serves its
-SavedModel signature and tunes with `--tune`, like the built-in families (`tfpriv.families`)."""
+tfpriv/, trains through train.py's entry (`tfpriv.cli.main`) with a flag made from its settings,
+loads with `tfpriv.load`, serves its SavedModel signature, tunes with `--tune` and, by its `Family`
+record's `Synthesis`, is a `tfpriv.synthesizer`, like the built-in families (`tfpriv.families`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,21 +19,19 @@ from tests.cli.helpers import train_py
 from tests.conftest import REPO_ROOT
 from tfpriv.compat import keras
 from tfpriv.data import load_dataset
+from tfpriv.errors import ConfigError, UsageError
 from tfpriv.families import Family, families, register
 from tfpriv.jobs import job as job_registry
-from tfpriv.jobs.flags import DEFINE_float
-from tfpriv.jobs.job import Job, PrivateSettings
+from tfpriv.jobs import schema
+from tfpriv.jobs.job import Job, Synthesis
+from tfpriv.jobs.schema import PrivateSettings, setting
 from tfpriv.jobs.pipeline import Built, TrainingRun
 from tfpriv.jobs.serving import N, SEED, Serving, function, seed_pair
 from tfpriv.tuning.family import FamilyTuning
-from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import LossTerms, TermSpec
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.dp_model import DPModel
 from tfpriv.tuning.tuner import Objective
-
-# On tfpriv's flags (tfpriv.jobs.flags.FLAGS), as every family's: absl's FLAGS stays the user's program's.
-DEFINE_float("toy_init", 0.5, "Toy family (tests/test_families.py): the centre's initial value.")
 
 CENTRE_FILE = "toy_centre.npy"
 SAMPLE_STD = 0.1
@@ -55,10 +54,11 @@ class Toy(DPModel):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ToySettings(PrivateSettings):
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    toy_init: float
+    aggregation: str = schema.aggregation("micro")
+    epochs: int = schema.epochs(1)
+    batch_size: int = schema.batch_size(256)
+    learning_rate: float = schema.learning_rate(0.1)
+    toy_init: float = setting(0.5, "Toy family (tests/test_families.py): the centre's initial value.", ge=0, le=1)
 
 
 def flat(x: np.ndarray) -> np.ndarray:
@@ -72,14 +72,15 @@ class ToyRun(TrainingRun):
     def build(self, data) -> Built:
         s = self.s
         x = flat(data.x_train)
-        config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
-                          num_partitions=1, clipping=s.clipping, seed=s.seed)
-        return Built(Toy(x.shape[1], s.toy_init), x, keras.optimizers.SGD(s.learning_rate), config, s.batch_size,
-                     s.epochs, s.sampling)
+        return Built(Toy(x.shape[1], s.toy_init), x, keras.optimizers.SGD(s.learning_rate),
+                     s.dp_config(num_partitions=1), s.batch_size, s.epochs, s.sampling)
+
+    def save_model(self) -> None:
+        np.save(os.path.join(self.output_dir, CENTRE_FILE), self.built.model.centre.kernel.numpy()[0])
 
     def evaluate(self) -> dict:
+        self.save_model()
         centre = self.built.model.centre.kernel.numpy()[0]
-        np.save(os.path.join(self.output_dir, CENTRE_FILE), centre)
         return {"test_error": float(np.mean(np.sum((flat(self.data.x_test) - centre) ** 2, axis=1)))}
 
 
@@ -107,8 +108,6 @@ def run(settings: ToySettings, output_dir: str) -> dict:
 
 
 JOB = Job(names=("toy",), settings_type=ToySettings, run=run, training_run=ToyRun, summary="a toy family",
-          defaults={"dataset": "digits", "aggregation": "micro", "epochs": 1, "batch_size": 256,
-                    "learning_rate": 0.1},
           tuning=FamilyTuning(space={"learning_rate": {"type": "float", "min": 0.01, "max": 0.5, "log": True}},
                               objectives=(Objective("test_error", "min", reads="test"),)))
 
@@ -117,7 +116,8 @@ JOB = Job(names=("toy",), settings_type=ToySettings, run=run, training_run=ToyRu
 def toy(monkeypatch):
     """The toy family registered for one test (the registry as it was afterwards)."""
     monkeypatch.setattr(job_registry, "_FAMILIES", families())  # built-ins first, then a copy
-    return register(Family(JOB, load=load_toy, serving=toy_serving))  # the one registry line
+    # the one registry line; `synthesis` makes it a synthesizer of tabular rows
+    return register(Family(JOB, load=load_toy, serving=toy_serving, synthesis=Synthesis(ndims=(2,))))
 
 
 def test_a_family_from_outside_tfpriv_trains_loads_and_serves(tmp_path, capsys, toy):
@@ -139,6 +139,19 @@ def test_a_family_from_outside_tfpriv_trains_loads_and_serves(tmp_path, capsys, 
     proc = train_py("--model=privae", "--toy_init=1", f"--output_dir={tmp_path}/other", capsys=capsys)
     assert proc.returncode == 2 and "--toy_init: does not apply to --model=privae" in proc.stderr
     assert "--model=toy (a toy family):" in train_py("--help", capsys=capsys).stdout
+
+
+def test_a_family_from_outside_tfpriv_is_a_synthesizer_by_its_family_record(toy):
+    x = flat(load_dataset("digits").x_train[:300])
+    synth = tfpriv.synthesizer("toy", epsilon=2.0, toy_init=0.25, seed=0).fit(x)
+    assert 0 < synth.epsilon <= 2.0 and synth.results["model"] == "toy" and synth.results["epochs"] == 1
+    assert synth.sample(4, seed=1).shape == (4, 64)
+    with pytest.raises(ConfigError, match=r"^toy_init: must be in \[0, 1\], got 2.0$"):
+        tfpriv.synthesizer("toy", epsilon=2.0, toy_init=2.0)  # the schema's bounds, before any training
+    with pytest.raises(ConfigError, match="^dataset: not a setting of the toy synthesizer"):
+        tfpriv.synthesizer("toy", epsilon=2.0, dataset="mnist")  # the data source is fit's arrays
+    with pytest.raises(UsageError, match=r"^x: a toy synthesizer takes \[N, features\]"):
+        tfpriv.synthesizer("toy", epsilon=2.0).fit(x.reshape(-1, 8, 8, 1))
 
 
 def test_a_family_from_outside_tfpriv_tunes(tmp_path, capsys, toy):
@@ -205,7 +218,7 @@ def test_a_users_absl_program_with_the_same_flag_names_loads_exports_and_synthes
 
 def test_importing_tfpriv_defines_no_absl_flag():
     code = ("import json\nfrom absl import flags\nimport tfpriv\nfrom tfpriv import families\n"
-            "import tfpriv.cli.main\nfamilies.families()\nfrom tfpriv.jobs.flags import FLAGS\n"
+            "import tfpriv.cli.main\nfamilies.families()\nfrom tfpriv.cli.flags import FLAGS\n"
             "print(json.dumps([len(list(FLAGS)), sorted(set(flags.FLAGS) & set(FLAGS)),\n"
             "                  sorted(m for m in flags.FLAGS.flags_by_module_dict() if m.startswith('tfpriv'))]))")
     proc = run_python(code)

@@ -76,8 +76,8 @@ def run_family(family: str, out, data_dir, capsys, monkeypatch) -> tuple[set[str
     if family == "make_private":
         return make_private_history(), ""
     common = [f"--output_dir={out}", "--verbose=0", "--sampling=shuffle"]
-    from tfpriv.gan import job as gan_cli
-    monkeypatch.setattr(gan_cli, "_classifier", lambda s: tiny_classifier())
+    from tfpriv.gan import job as gan_job
+    monkeypatch.setattr(gan_job, "_classifier", lambda s: tiny_classifier())
     proc = train_py(*common, *family_args(family, data_dir), capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return written(out), proc.stdout

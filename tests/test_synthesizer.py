@@ -12,7 +12,7 @@ from tests.test_release_list import release_table, written
 from tests.conftest import saved_flags
 from tfpriv.data import load_dataset
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.jobs.flags import FLAGS
+from tfpriv.cli.flags import FLAGS
 from tfpriv.privae import job as privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
 
 EPSILON = 2.0

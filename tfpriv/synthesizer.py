@@ -25,57 +25,22 @@ import numpy as np
 
 from tfpriv.errors import ConfigError, UsageError
 
-__all__ = ["NAMES", "Synthesizer", "synthesizer"]
+__all__ = ["Synthesizer", "names", "synthesizer"]
 
-NAMES = ("privae", "dpwgan_gp", "dpgan")
 DATASET = "arrays"  # results.json's `dataset` of a synthesizer run
-# Job settings a synthesizer does not take: the data source, the noise (calibrated from epsilon),
-# the budget arguments, --mode=sample and the evaluation on held-out data.
-NOT_SETTINGS = frozenset({
-    "dataset", "data_dir", "feature_scaling", "epsilon", "delta", "noise_multiplier", "max_epsilon", "num_samples",
-    # PriVAE
-    "eval_importance_samples", "eval_examples", "pinwheel_scale",
-    # GANs (`conditional` follows from fit's y)
-    "conditional", "generator_path", "eval_every", "eval_every_steps", "eval_samples", "downstream_samples",
-    "downstream_epochs", "classifier_cache_dir", "public_scores",
-})
 _FLAG = re.compile(r"--(?=[A-Za-z_])")
 
 
-def _family(name: str):
-    """The registered family of the synthesizer `name` (its job, the loader of its trained model)."""
-    from tfpriv.families import family
-    return family(name)
+def names() -> tuple[str, ...]:
+    """The synthesizer names: every `--model` name of a family registered with a `Synthesis`.
 
-
-def _defaults():
-    """The tfpriv flags at their defaults, apart from any the process parsed (tfpriv's FLAGS)."""
-    import copy
-
-    from absl import flags
-
-    from tfpriv.jobs.flags import FLAGS
-    from tfpriv.jobs.job import tfpriv_flag_modules
-    values = flags.FlagValues()
-    for module in tfpriv_flag_modules(FLAGS):
-        for flag in FLAGS.flags_by_module_dict()[module]:
-            own = copy.deepcopy(flag)
-            own.unparse()  # the declared default, not given
-            values[own.name] = own
-            values.register_flag_by_module(module, own)
-    values.mark_as_parsed()
-    return values
-
-
-def _typed(flag, name: str, value):
-    """`value` as the job's flag `name` takes it (its parser: type and bounds), or a ConfigError naming it."""
-    if value is None and flag.default is None:
-        return None
-    try:
-        return flag.parser.parse(value)
-    except (TypeError, ValueError):
-        kind = flag.parser.syntactic_help or f"a {flag.flag_type()}"
-        raise ConfigError(f"{name}: must be {kind}, got {value!r}") from None
+    Example:
+        >>> from tfpriv.synthesizer import names
+        >>> names()
+        ('privae', 'vae', 'dpwgan_gp', 'dpgan')
+    """
+    from tfpriv.families import families
+    return tuple(name for name, family in families().items() if family.synthesis is not None)
 
 
 def _library_error(exc: UsageError) -> UsageError:
@@ -146,16 +111,18 @@ class Synthesizer:
     """
 
     def __init__(self, name: str, epsilon: float, delta: float | None = None, **settings):
-        if name not in NAMES:
-            raise ConfigError(f"name: must be one of {', '.join(NAMES)}, got {name!r}")
+        if name not in names():
+            raise ConfigError(f"name: must be one of {', '.join(names())}, got {name!r}")
         if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not (
                 math.isfinite(epsilon) and epsilon > 0):
             raise ConfigError(f"epsilon: must be a positive finite number, got {epsilon!r}")
         self.name, self.target_epsilon, self.target_delta = name, float(epsilon), delta
-        self._family = _family(name)
-        self._job = self._family.job
-        allowed = sorted(set(self._job.fields()) - NOT_SETTINGS)
-        if name != "privae":
+        from tfpriv.families import family
+        from tfpriv.jobs.schema import synthesizer_fields
+        self._family = family(name)
+        self._job, self._synthesis = self._family.job, self._family.synthesis
+        allowed = sorted(set(synthesizer_fields(self._job.settings_type)))
+        if self._synthesis.labels:
             allowed.append("num_classes")
         unknown = sorted(set(settings) - set(allowed))
         if "noise_multiplier" in unknown:
@@ -165,12 +132,14 @@ class Synthesizer:
             raise ConfigError(f"{unknown[0]}: not a setting of the {name} synthesizer; its settings are "
                               f"{', '.join(sorted(allowed))}")
         num_classes = settings.pop("num_classes", 10)
-        self._flags = _defaults()
-        settings = {name: _typed(self._flags[name], name, value) for name, value in settings.items()}
+        try:
+            self._job.settings(name, **settings)  # each value's type and bounds, now rather than at fit
+        except UsageError as exc:
+            raise ConfigError(_FLAG.sub("", str(exc))) from None
         if settings.get("aggregation") == "none":
             raise ConfigError("aggregation: a synthesizer trains privately; 'none' has no privacy budget")
-        self.num_classes: int | None = None  # a GAN's number of label values (`fit`'s y, `sample`'s labels)
-        if name != "privae":
+        self.num_classes: int | None = None  # a conditional model's number of label values (`fit`'s y)
+        if self._synthesis.labels:
             if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
                 raise ConfigError(f"num_classes: must be an integer >= 2, got {num_classes!r}")
             self.num_classes = int(num_classes)
@@ -204,23 +173,20 @@ class Synthesizer:
             x = np.asarray(x, dtype=np.float32)
         except (TypeError, ValueError):
             raise UsageError("x: must be a numeric array, one row per example") from None
-        gan = self.name != "privae"
-        if gan and x.ndim != 4:
-            raise UsageError(f"x: a {self.name} synthesizer takes images [N, height, width, channels] (any size, "
-                             f"e.g. 28x28x1, 8x8x1 or 32x32x3), got shape {list(x.shape)}")
-        if not gan and x.ndim not in (2, 4):
-            raise UsageError(f"x: must be [N, features] or images [N, height, width, channels], got shape "
-                             f"{list(x.shape)}")
+        ndims = self._synthesis.ndims
+        if x.ndim not in ndims:
+            shapes = " or ".join({2: "[N, features]", 4: "images [N, height, width, channels] (any size, e.g. "
+                                  "28x28x1, 8x8x1 or 32x32x3)"}.get(n, f"{n}-D") for n in ndims)
+            raise UsageError(f"x: a {self.name} synthesizer takes {shapes}, got shape {list(x.shape)}")
         if len(x) < 2:
             raise UsageError(f"x: needs at least 2 examples, got {len(x)}")
         kind = "image" if x.ndim == 4 else "tabular"
         likelihood = "bernoulli" if kind == "image" else "gaussian"  # the data's; a `likelihood` setting wins
-        requested = self.settings.get("likelihood", "auto")
-        unit = gan or (likelihood if requested == "auto" else requested) == "bernoulli"
+        unit = self._synthesis.unit_interval(self.settings, kind)
         labels, num_classes = {}, {}
         if y is not None:
-            if not gan:
-                raise UsageError("y: the privae synthesizer is unconditional; give no labels")
+            if not self._synthesis.labels:
+                raise UsageError(f"y: the {self.name} synthesizer is unconditional; give no labels")
             y = np.asarray(y)
             if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
                 raise UsageError(f"y: must be {len(x)} integer labels (one per row of x), got {y.dtype} "
@@ -236,16 +202,15 @@ class Synthesizer:
         calibrated so that the planned epochs spend `epsilon` at `delta`. Returns the synthesizer.
 
         Example: `tfpriv.synthesizer("dpwgan_gp", epsilon=1.0, epochs=1).fit(images, labels)`."""
-        from tfpriv.jobs.job import read_settings
         if self.results is not None:
             raise UsageError("fit: the synthesizer is already trained; make a new one to train again")
         dataset = self._dataset(x, y)
         run_dir = tempfile.mkdtemp(prefix=f"tfpriv-{self.name}-")
         try:
             fields = dict(self.settings, dataset=DATASET, epsilon=self.target_epsilon, delta=self.target_delta)
-            if self.name != "privae":
-                fields["conditional"] = y is not None
-            settings = read_settings(self._job, self._flags, model=self.name, **fields)
+            if self._synthesis.labels:
+                fields[self._synthesis.labels] = y is not None
+            settings = self._job.settings(self.name, **fields)
             results = _run_class(self._job)(settings, run_dir, dataset).run()
             self._model = self._family.load(run_dir)
         except UsageError as exc:
@@ -270,9 +235,9 @@ class Synthesizer:
             raise UsageError(f"n: must be an integer >= 1, got {n!r}")
         if seed is None:
             seed = int(np.random.SeedSequence().entropy % 2**31)
-        if self.name == "privae":
+        if not self._synthesis.labels:
             if labels is not None:
-                raise UsageError("labels: the privae synthesizer is unconditional; give no labels")
+                raise UsageError(f"labels: the {self.name} synthesizer is unconditional; give no labels")
             return self._model.sample(int(n), seed).numpy()
         return self._model.sample(int(n), seed, labels).numpy()
 
@@ -305,7 +270,8 @@ class Synthesizer:
 
 
 def synthesizer(name: str, epsilon: float, delta: float | None = None, **settings) -> Synthesizer:
-    """A private synthesizer: `name` is "privae", "dpwgan_gp" or "dpgan"; `fit(x)` trains it with
+    """A private synthesizer: `name` is "privae", "dpwgan_gp", "dpgan" or another family registered with a
+    `Synthesis` (`names()`); `fit(x)` trains it with
     the noise calibrated so that training spends `epsilon` at `delta` (default: the power of ten
     below min(1/N, 1e-5)); `settings` are the job's (`epochs`, `batch_size`, `l2_norm_clip`,
     `learning_rate`, `seed`, ...; a GAN also takes `num_classes` for labelled data).

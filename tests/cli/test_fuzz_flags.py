@@ -19,8 +19,8 @@ from tests.conftest import shared_data_dir
 from tfpriv import families
 from tfpriv.data.registry import DATASETS
 from tfpriv.jobs import pipeline
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import CONTROL_FLAGS
+from tfpriv.cli.flags import FLAGS
+from tfpriv.cli.flags import CONTROL_FLAGS
 
 
 # What train.py does instead of one training run (--tune, --audit, --strategy) is not fuzzed here:

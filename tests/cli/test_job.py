@@ -1,4 +1,5 @@
-"""The job contract: the registry, the shared settings reader, per-family defaults and the error mapping."""
+"""The job contract: the registry, settings from the schema and from flags, per-family defaults and the
+error mapping."""
 import dataclasses
 
 import pytest
@@ -9,11 +10,10 @@ from tfpriv.cli import main as cli_main
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import job as filter_job
 from tfpriv.gan import job as gan_job
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import CONTROL_FLAGS, Family, Job, flag_message, read_settings, tfpriv_flags
+from tfpriv.cli.flags import CONTROL_FLAGS, FLAGS, flag_message, settings_from_flags
+from tfpriv.jobs.job import Family, Job
 from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.privae import job as privae_job
-
 
 
 @pytest.fixture(autouse=True)
@@ -32,62 +32,60 @@ def test_the_registry_holds_families_by_model_name():
 
 
 def test_every_setting_is_a_flag_and_every_tfpriv_flag_is_read_by_a_job():
-    defined = set(tfpriv_flags(FLAGS))
+    defined = set(FLAGS)
     read = set()
-    for job in {id(family.job): family.job for family in families.families().values()}.values():
+    for job in cli_main.jobs():
         assert set(job.fields()) <= defined, job.name
         read |= set(job.fields())
-        assert set(job.defaults) <= set(job.fields()) and all(set(d) <= set(job.fields())
-                                                              for d in job.model_defaults.values())
     assert defined - read == set(CONTROL_FLAGS) & defined  # what train.py does (--model, --audit, --tune, ...)
     assert {"model", "mode", "output_dir", "tune", "max_trials"} <= defined - read
 
 
 def test_family_defaults_apply_unless_the_user_sets_the_flag():
-    s = read_settings(gan_job.JOB, FLAGS, model="dpwgan_gp")
+    s = gan_job.JOB.settings(model="dpwgan_gp")
     assert (s.critic_steps, s.batch_size, s.clipping, s.aggregation, s.dataset) == (1, 128, "per_example", "micro", "mnist")
     assert s.learning_rate == pytest.approx(128 * 3.125e-6)  # 004's lr = batch * 3.125e-6
     assert (s.epochs, s.noise_multiplier, s.num_samples, s.seed) == (40, 0.5, 10000, None)
-    d = read_settings(gan_job.JOB, FLAGS, model="dpgan")
+    d = gan_job.JOB.settings(model="dpgan")
     assert (d.critic_steps, d.clipping, d.learning_rate, d.batch_size, d.epochs) == (5, "fast", 5e-5, 64, 20)
     with saved_flags(batch_size=64, seed=3, aggregation="none"):
-        s = read_settings(gan_job.JOB, FLAGS, model="dpwgan_gp")
+        s = settings_from_flags(gan_job.JOB, FLAGS, model="dpwgan_gp")
     assert (s.batch_size, s.learning_rate, s.seed, s.aggregation) == (64, pytest.approx(64 * 3.125e-6), 3, "none")
     assert {"batch_size", "seed", "aggregation"} <= s.given and "learning_rate" not in s.given
-    # the flag's own default where the family has none
-    assert read_settings(privae_job.JOB, FLAGS).aggregation == FLAGS["aggregation"].default == "termwise"
-    f = read_settings(filter_job.JOB, FLAGS)
+    # the shared declaration's default where the family gives none
+    assert privae_job.JOB.settings().aggregation == "termwise"
+    f = filter_job.JOB.settings()
     assert (f.dataset, f.aggregation, f.vae_batch_size) == ("mnist", "none", 128)
 
 
 def test_num_samples_default_is_per_family():
-    assert read_settings(privae_job.JOB, FLAGS).num_samples == 64
-    assert read_settings(privae_job.JOB, FLAGS, model="vae").num_samples == 64
-    assert read_settings(gan_job.JOB, FLAGS, model="dpgan").num_samples == 10000
+    assert privae_job.JOB.settings().num_samples == 64
+    assert privae_job.JOB.settings(model="vae").num_samples == 64
+    assert gan_job.JOB.settings(model="dpgan").num_samples == 10000
     with saved_flags(num_samples=30):
-        assert read_settings(privae_job.JOB, FLAGS).num_samples == 30
-        assert read_settings(gan_job.JOB, FLAGS).num_samples == 30
+        assert settings_from_flags(privae_job.JOB).num_samples == 30
+        assert settings_from_flags(gan_job.JOB).num_samples == 30
 
 
 def test_explicit_values_win_and_count_as_given():
-    s = read_settings(filter_job.JOB, FLAGS, dataset="abalone", vae_epochs=2)
+    s = filter_job.JOB.settings(dataset="abalone", vae_epochs=2)
     assert (s.dataset, s.vae_epochs, s.model) == ("abalone", 2, "filter") and s.given == {"dataset", "vae_epochs"}
-    with pytest.raises(TypeError):
-        read_settings(filter_job.JOB, FLAGS, epochs=2)  # not a filter setting
+    with pytest.raises(UsageError, match="^epochs: not a setting of --model=filter$"):
+        filter_job.JOB.settings(epochs=2)
 
 
 def test_a_flag_the_job_does_not_read_is_refused():
     with saved_flags(epochs=5):
         with pytest.raises(UsageError, match=r"^--epochs: does not apply to --model=filter; use --vae_epochs$"):
-            read_settings(filter_job.JOB, FLAGS)
+            settings_from_flags(filter_job.JOB)
     with saved_flags(capacity=8):
         with pytest.raises(UsageError, match=r"^--capacity: does not apply to --model=vae$"):
-            read_settings(privae_job.JOB, FLAGS, model="vae")
+            settings_from_flags(privae_job.JOB, model="vae")
     with saved_flags(feature_scaling="public"):
         with pytest.raises(UsageError, match=r"^--feature_scaling: does not apply to --model=dpgan"):
-            read_settings(gan_job.JOB, FLAGS, model="dpgan")
+            settings_from_flags(gan_job.JOB, model="dpgan")
     with pytest.raises(UsageError, match="^--model: "):
-        read_settings(gan_job.JOB, FLAGS, model="filter")
+        gan_job.JOB.settings(model="filter")
 
 
 @pytest.mark.parametrize("job,values,flag", [
@@ -99,16 +97,16 @@ def test_a_flag_the_job_does_not_read_is_refused():
 ])
 def test_privacy_flag_conflicts(job, values, flag):
     with pytest.raises(UsageError) as err:
-        check_privacy_flags(read_settings(job, FLAGS, **values))
+        check_privacy_flags(job.settings(**values))
     assert str(err.value).startswith(flag)
 
 
 def test_privacy_flags_that_fit_together_pass():
     """No UsageError for combinations that make sense (the refusals are tested above)."""
-    for settings in (read_settings(privae_job.JOB, FLAGS, epsilon=3.0),
-                     read_settings(privae_job.JOB, FLAGS, noise_multiplier=1.0, max_epsilon=5.0),
-                     read_settings(gan_job.JOB, FLAGS, aggregation="none"),  # family defaults are not "given"
-                     read_settings(filter_job.JOB, FLAGS, aggregation="micro", epsilon=1.0, delta=1e-5)):
+    for settings in (privae_job.JOB.settings(epsilon=3.0),
+                     privae_job.JOB.settings(noise_multiplier=1.0, max_epsilon=5.0),
+                     gan_job.JOB.settings(aggregation="none"),  # family defaults are not "given"
+                     filter_job.JOB.settings(aggregation="micro", epsilon=1.0, delta=1e-5)):
         assert check_privacy_flags(settings) is None
 
 
@@ -145,7 +143,7 @@ def test_library_errors_name_parameters_not_flags():
 
 
 def test_settings_are_typed_and_recorded():
-    s = read_settings(privae_job.JOB, FLAGS)
+    s = privae_job.JOB.settings()
     assert isinstance(s, privae_job.PriVAESettings) and dataclasses.is_dataclass(s)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.epochs = 3

@@ -7,7 +7,7 @@ from tests.cli.helpers import replace_job, train_py
 from tests.conftest import saved_flags
 from tfpriv import families
 from tfpriv.cli import main as cli_main
-from tfpriv.jobs.flags import FLAGS
+from tfpriv.cli.flags import FLAGS
 
 
 

@@ -14,8 +14,6 @@ from tests.cli.helpers import assert_one_line_error, train_py
 from tests.conftest import saved_flags
 from tfpriv.compat import keras
 from tfpriv.data import make_pinwheel
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import read_settings
 from tfpriv.privae import job as privae_job
 from tfpriv.privae.vae import load_vae
 
@@ -76,9 +74,7 @@ def test_scale_widths_anchor_and_posterior_std_reach_the_run(tmp_path, capsys):
 
 def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
     with saved_flags():
-        if not FLAGS.is_parsed():
-            FLAGS.mark_as_parsed()
-        s = read_settings(privae_job.JOB, FLAGS, dataset="pinwheel", prior="mixture", latent_dim=2,
+        s = privae_job.JOB.settings(dataset="pinwheel", prior="mixture", latent_dim=2,
                           architecture="pinwheel", pinwheel_hidden="4", lr_schedule="cosine", learning_rate=0.01,
                           epochs=2, batch_size=20, sampling="poisson", seed=0)
     run = privae_job.PriVAERun(s, str(tmp_path / "unused"))
@@ -90,9 +86,7 @@ def test_cosine_schedule_reaches_the_built_optimizer(tmp_path):
 
 def test_conv_encoder_units_reach_the_built_encoder(tmp_path):
     with saved_flags():
-        if not FLAGS.is_parsed():
-            FLAGS.mark_as_parsed()
-        s = read_settings(privae_job.JOB, FLAGS, dataset="mnist", architecture="conv", conv_encoder_units=16,
+        s = privae_job.JOB.settings(dataset="mnist", architecture="conv", conv_encoder_units=16,
                           latent_dim=4, epochs=1, batch_size=20, sampling="poisson", seed=0)
     data = type("Data", (), {"x_train": np.zeros([3, 28, 28, 1], np.float32), "kind": "images",
                              "likelihood": "bernoulli"})()

@@ -197,8 +197,8 @@ def test_a_rerun_of_a_finished_run_records_the_noise_its_steps_used(tmp_path, ca
     another --noise_multiplier, takes no step: results.json, every privacy_plan.json and the printed
     line keep the noise of the run's steps."""
     from tests.test_release_list import tiny_classifier
-    from tfpriv.gan import job as gan_cli
-    monkeypatch.setattr(gan_cli, "_classifier", lambda s: tiny_classifier())
+    from tfpriv.gan import job as gan_job
+    monkeypatch.setattr(gan_job, "_classifier", lambda s: tiny_classifier())
     out = tmp_path / "run"
     args = [f"--output_dir={out}", "--verbose=0", "--aggregation=micro",
             *(a.format(data_dir=data_dir) for a in TINY_RUNS[family])]

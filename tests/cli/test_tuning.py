@@ -22,9 +22,8 @@ from tests.privacy.reference import composed_epsilon, repeat_and_select_epsilon
 import tfpriv
 from tfpriv.cli.tuning import TrialPlanner, report
 from tfpriv.data.sampling import sampling_rate_and_steps
-from tfpriv.gan import job as gan_cli
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import read_settings
+from tfpriv.cli.flags import FLAGS, settings_from_flags
+from tfpriv.gan import job as gan_job
 from tfpriv.privae import job as privae_job
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount
@@ -229,10 +228,10 @@ def test_the_gan_chooses_among_trials_by_scores_of_the_test_split_only(tmp_path)
     classifier, which is fitted on the GAN's private training images."""
     with saved_flags():
         FLAGS(["train.py", "--model=dpgan"])
-        planner = TrialPlanner(gan_cli.JOB, "dpgan", FLAGS, read_settings(gan_cli.JOB, FLAGS, model="dpgan"),
+        planner = TrialPlanner(gan_job.JOB, "dpgan", FLAGS, gan_job.JOB.settings(model="dpgan"),
                                str(tmp_path))
         assert planner.settings({}).public_scores
-    for objective in gan_cli.TUNING.objectives:
+    for objective in gan_job.TUNING.objectives:
         assert objective.reads == "test"
         assert all(metric.endswith("_public") or metric == "downstream_accuracy" for metric in objective.terms)
 
@@ -304,7 +303,7 @@ def test_the_neutral_hyperparameters_do_not_change_a_trials_privacy_event(tmp_pa
     with saved_flags():
         FLAGS(["train.py", "--dataset=pinwheel", "--epochs=1", "--aggregation=termwise", "--regularizer=mmd",
                "--num_partitions=2", "--batch_size=40"])
-        settings = read_settings(privae_job.JOB, FLAGS)
+        settings = settings_from_flags(privae_job.JOB, FLAGS)
         planner = TrialPlanner(privae_job.JOB, "privae", FLAGS, settings, str(tmp_path / "tune"))
         base = planner.event({})
         assert isinstance(base, dp_accounting.ComposedDpEvent)

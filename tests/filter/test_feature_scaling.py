@@ -10,24 +10,17 @@ from tfpriv.data import load_dataset
 from tfpriv.errors import UsageError
 from tfpriv.filter import job as filter_job
 from tfpriv.jobs import pipeline
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import read_settings
 
 TINY = dict(vae_epochs=1, vae_batch_size=64, filter_epochs=1, filter_eval_epochs=1, filter_plots=False,
             filter_eval_min_steps=20, budget=0.5, sweep_budgets=[], gaussian_baseline=False)
 DP = {"aggregation": "micro", "noise_multiplier": 1.1, "l2_norm_clip": 1.0, "delta": 1e-4}
 
 
-@pytest.fixture(autouse=True)
-def _parsed():
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-
 
 @pytest.fixture
 def validated():
     def check(values):
-        return filter_job.validate(read_settings(filter_job.JOB, FLAGS, **values))["feature_scaling"]
+        return filter_job.validate(filter_job.JOB.settings(**values))["feature_scaling"]
     return check
 
 
@@ -45,7 +38,7 @@ def test_auto_is_public_under_dp_and_train_otherwise(validated, dataset):
 
 def test_dp_run_uses_and_records_public_scaling(tmp_path, data_dir):
     out = tmp_path / "run"
-    res = filter_job.run(read_settings(filter_job.JOB, FLAGS, **TINY, dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0,
+    res = filter_job.run(filter_job.JOB.settings(**TINY, dataset="abalone", data_dir=str(data_dir), seed=0, verbose=0,
                                 **DP), str(out))
     stored = json.load(open(out / "results.json"))
     assert stored["feature_scaling"] == res["feature_scaling"] == "public"
@@ -63,7 +56,7 @@ def test_stage1_trains_on_the_public_features(tmp_path, data_dir, monkeypatch):
     monkeypatch.setattr(pipeline, "train", spy)
     out = tmp_path / "run"
     with pytest.raises(UsageError, match="spy"):
-        filter_job.run(read_settings(filter_job.JOB, FLAGS, **TINY, dataset="adult", data_dir=str(data_dir), seed=0,
+        filter_job.run(filter_job.JOB.settings(**TINY, dataset="adult", data_dir=str(data_dir), seed=0,
                               **{**DP, "delta": 1e-5}), str(out))
     public = load_dataset("adult", data_dir, feature_scaling="public")
     assert seen["x_train"].shape == (30162, 102)
@@ -73,7 +66,7 @@ def test_stage1_trains_on_the_public_features(tmp_path, data_dir, monkeypatch):
 def test_train_scaling_with_dp_is_refused_before_output(tmp_path, data_dir):
     out = tmp_path / "run"
     with pytest.raises(UsageError) as err:
-        filter_job.run(read_settings(filter_job.JOB, FLAGS, **TINY, dataset="adult", data_dir=str(data_dir), seed=0, **DP,
+        filter_job.run(filter_job.JOB.settings(**TINY, dataset="adult", data_dir=str(data_dir), seed=0, **DP,
                               feature_scaling="train"), str(out))
     message = str(err.value)
     assert message.startswith("feature_scaling: train scales adult's features with statistics of the private "

@@ -7,22 +7,15 @@ import pytest
 from tfpriv.errors import UsageError
 from tfpriv.filter import job as filter_job
 from tfpriv.filter.pipeline import load_filter
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import read_settings
 from tests.cli.helpers import assert_one_line_error, train_py
 
 TINY = dict(vae_epochs=1, filter_epochs=2, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=100,
             budget=0.5, sweep_budgets=[])
 
 
-@pytest.fixture(autouse=True)
-def _parsed():
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-
 
 def settings(**values):
-    return read_settings(filter_job.JOB, FLAGS, **values)
+    return filter_job.JOB.settings(**values)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -63,8 +56,6 @@ def test_bad_label_raises_before_output(tmp_path, data_dir):
 @pytest.fixture(scope="module")
 def seeded_runs(tmp_path_factory, data_dir):
     """Two runs with the same --seed (label noise on): [(output folder, what filter_job.run returned)] x 2."""
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
     runs = []
     for name in ("a", "b"):
         out = tmp_path_factory.mktemp("filter_seeded") / name

@@ -11,8 +11,7 @@ from tfpriv.errors import ConfigError, UsageError
 from tfpriv.filter import job as filter_job
 from tfpriv.compat import keras
 from tfpriv.filter.stage1 import Stage1, build_stage1_vae, frozen, privacy_record
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import flag_message, read_settings
+from tfpriv.cli.flags import flag_message
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.runner import fit_private, plan_privacy
@@ -20,11 +19,6 @@ from tfpriv.training.runner import fit_private, plan_privacy
 TINY = dict(filter_epochs=1, filter_eval_epochs=1, filter_plots=False, filter_eval_min_steps=20, budget=0.5,
             sweep_budgets=[], gaussian_baseline=False)
 
-
-@pytest.fixture(autouse=True)
-def _parsed():
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
 
 
 def _tiny_tabular(n=240, d=7, seed=0):
@@ -46,7 +40,7 @@ def _train(vae, ds, plan, directory, seed) -> Stage1:
 
 def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     out = tmp_path / "run"
-    res = filter_job.run(read_settings(filter_job.JOB, FLAGS, vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
+    res = filter_job.run(filter_job.JOB.settings(vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
                                 data_dir=str(data_dir), seed=0, verbose=0, aggregation="micro", noise_multiplier=1.1,
                                 l2_norm_clip=1.0, delta=1e-4), str(out))
     stored = json.load(open(out / "results.json"))
@@ -133,7 +127,7 @@ def test_a_term_that_mixes_examples_is_refused(tmp_path):
 def test_bad_dp_settings_raise_one_line_usage_error_and_write_nothing(tmp_path, data_dir, values, message):
     out = tmp_path / "run"
     with pytest.raises(UsageError) as err:
-        filter_job.run(read_settings(filter_job.JOB, FLAGS, dataset="abalone", data_dir=str(data_dir), seed=0, **values), str(out))
+        filter_job.run(filter_job.JOB.settings(dataset="abalone", data_dir=str(data_dir), seed=0, **values), str(out))
     shown = flag_message(err.value, filter_job.JOB)  # what train.py prints after "error: "
     assert shown.startswith(message) and "\n" not in str(err.value), str(err.value)
     assert not out.exists()

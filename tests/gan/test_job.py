@@ -11,15 +11,8 @@ from tfpriv.errors import UsageError
 from tfpriv.gan import job as gan_job
 from tfpriv.gan.training import save_generator
 from tfpriv.gan.wgan_gp import make_dpwgan_gp
-from tfpriv.jobs.flags import FLAGS
-from tfpriv.jobs.job import read_settings
 
 
-
-@pytest.fixture(autouse=True)
-def _parsed():
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
 
 
 @pytest.mark.parametrize("model,overrides,message", [
@@ -58,16 +51,16 @@ def _parsed():
 def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, model, overrides, message):
     out = tmp_path / "run"
     with pytest.raises(UsageError) as err:
-        gan_job.run(read_settings(gan_job.JOB, FLAGS, model=model, **overrides), str(out))
+        gan_job.run(gan_job.JOB.settings(model=model, **overrides), str(out))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     assert not out.exists()
 
 
 def test_seed_from_os_unless_given():
-    run = gan_job.GanRun(read_settings(gan_job.JOB, FLAGS), "unused")
+    run = gan_job.GanRun(gan_job.JOB.settings(), "unused")
     run.validate()
     assert run.seed_from_os and run.sampling_seed() is None and 0 <= run.seed < 2**31
-    run = gan_job.GanRun(read_settings(gan_job.JOB, FLAGS, seed=3), "unused")
+    run = gan_job.GanRun(gan_job.JOB.settings(seed=3), "unused")
     run.validate()
     assert (run.seed, run.sampling_seed(), run.seed_from_os) == (3, 3, False)
 
@@ -76,13 +69,13 @@ def test_classifier_training_shows_progress(tmp_path, capsys, monkeypatch):
     from tfpriv.metrics import eval_classifier
     calls = []
     monkeypatch.setattr(eval_classifier, "get_classifier", lambda *a, **k: calls.append((a, k)) or "model")
-    gan_job._classifier(read_settings(gan_job.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=2))
+    gan_job._classifier(gan_job.JOB.settings(classifier_cache_dir=str(tmp_path), verbose=2))
     assert capsys.readouterr().out == ""  # the shipped classifier: nothing to train
     monkeypatch.setattr(eval_classifier, "SHIPPED_DIR", tmp_path / "not_installed")
-    s = read_settings(gan_job.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=2)
+    s = gan_job.JOB.settings(classifier_cache_dir=str(tmp_path), verbose=2)
     assert gan_job._classifier(s) == "model" and calls[-1][1]["verbose"] == 2 and calls[-1][0][0] == "mnist"
     assert "training the mnist evaluation classifier (8 epochs" in capsys.readouterr().out
-    gan_job._classifier(read_settings(gan_job.JOB, FLAGS, classifier_cache_dir=str(tmp_path), verbose=0))
+    gan_job._classifier(gan_job.JOB.settings(classifier_cache_dir=str(tmp_path), verbose=0))
     assert capsys.readouterr().out == ""
 
 
@@ -92,7 +85,7 @@ def test_sample_writes_labelled_samples_from_a_saved_generator(tmp_path):
     save_generator(model, str(tmp_path / "run"), {"model": "dpwgan_gp", "capacity": 2, "latent_size": 4,
                                                   "num_classes": 10})
     # train.py --mode=sample --output_dir=<the run> --num_samples=30
-    info = gan_job.sample(read_settings(gan_job.JOB, FLAGS, num_samples=30), str(tmp_path / "run"))
+    info = gan_job.sample(gan_job.JOB.settings(num_samples=30), str(tmp_path / "run"))
     data = np.load(info["samples"])
     assert data["images"].shape == (30, 28, 28, 1) and data["labels"].shape == (30,)
     assert np.bincount(data["labels"], minlength=10).tolist() == [3] * 10  # balanced classes
@@ -103,7 +96,7 @@ def test_sample_writes_labelled_samples_from_a_saved_generator(tmp_path):
 
 def test_sample_without_generator_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match=r"^--generator_path: no generator at"):
-        gan_job.sample(read_settings(gan_job.JOB, FLAGS, generator_path=str(tmp_path / "nothing")), str(tmp_path / "out"))
+        gan_job.sample(gan_job.JOB.settings(generator_path=str(tmp_path / "nothing")), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
 
@@ -113,7 +106,7 @@ def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch, capsys):
     the 10,000 test images twice.)"""
     monkeypatch.setattr(gan_job, "_classifier", lambda s: tiny_classifier())
     out = tmp_path / "run"
-    s = read_settings(gan_job.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+    s = gan_job.JOB.settings(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20, seed=0,
                       verbose=0)
     capsys.readouterr()
@@ -130,7 +123,7 @@ def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch, capsys):
 
 def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
     """The critic updates every step, the generator every critic_steps-th: both reach 0 at the planned end."""
-    s = read_settings(gan_job.JOB, FLAGS, model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+    s = gan_job.JOB.settings(model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=600, epochs=3, critic_steps=2, lr_schedule="cosine",
                       learning_rate=1e-3, generator_ema=0.9, seed=0)
     run = gan_job.GanRun(s, "unused")
@@ -147,7 +140,7 @@ def test_cosine_schedule_decays_each_optimizer_over_its_own_updates(data_dir):
 def test_generator_and_critic_loss_settings_reach_the_run_and_are_recorded(tmp_path, data_dir, monkeypatch):
     monkeypatch.setattr(gan_job, "_classifier", lambda s: tiny_classifier())  # scores not checked: a stand-in
     out = tmp_path / "run"
-    s = read_settings(gan_job.JOB, FLAGS, model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+    s = gan_job.JOB.settings(model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       generator_capacity=3, diversity_weight=0.5, saturation_bound=0.05, noise_multiplicity=2,
                       latent_size=4, batch_size=500,
                       epochs=1, max_steps=2, eval_every=0,
@@ -164,8 +157,8 @@ def test_generator_and_critic_loss_settings_reach_the_run_and_are_recorded(tmp_p
 
 
 def test_optimizer_defaults_per_model():
-    assert read_settings(gan_job.JOB, FLAGS, model="dpwgan_gp").gan_optimizer == "adam"
-    assert read_settings(gan_job.JOB, FLAGS, model="dpgan").gan_optimizer == "rmsprop"
+    assert gan_job.JOB.settings(model="dpwgan_gp").gan_optimizer == "adam"
+    assert gan_job.JOB.settings(model="dpgan").gan_optimizer == "rmsprop"
 
 
 def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_path, data_dir, monkeypatch):
@@ -182,7 +175,7 @@ def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_pat
     monkeypatch.setattr(eval_classifier, "get_classifier", get_classifier)
     small_test_split(monkeypatch)  # the networks score the first 500 test images (reference features, real IS)
     out = tmp_path / "run"
-    s = read_settings(gan_job.JOB, FLAGS, model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+    s = gan_job.JOB.settings(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       latent_size=4, batch_size=500, epochs=1, max_steps=1, eval_every=0, num_samples=20, seed=0,
                       verbose=0, public_scores=True, classifier_cache_dir=str(tmp_path / "cache"))
     gan_job.run(s, str(out))
@@ -201,19 +194,19 @@ def test_dpimagebench_protocol_holds_the_validation_split_out_of_the_gans_data(d
     train, val = dpimagebench.validation_split(60000)
     common = dict(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2, latent_size=4,
                   batch_size=500, conditional=True, seed=0)
-    run = gan_job.GanRun(read_settings(gan_job.JOB, FLAGS, eval_protocol="dpimagebench", **common), "unused")
+    run = gan_job.GanRun(gan_job.JOB.settings(eval_protocol="dpimagebench", **common), "unused")
     plan = run.setup()
     images, labels = run.built.arrays
     assert plan.num_examples == len(images) == 55000 and plan.sampling_rate == pytest.approx(500 / 55000)
     assert np.array_equal(images, full.x_train[train]) and np.array_equal(labels, full.labels_train["label"][train])
     assert np.array_equal(run.validation[0], full.x_train[val]) and not set(train) & set(val)
-    default = gan_job.GanRun(read_settings(gan_job.JOB, FLAGS, **common), "unused")
+    default = gan_job.GanRun(gan_job.JOB.settings(**common), "unused")
     assert default.setup().num_examples == 60000 and default.validation is None
 
 
 def test_downstream_epochs_default_follows_the_protocol():
-    assert read_settings(gan_job.JOB, FLAGS, model="dpgan").downstream_epochs == 3
-    s = read_settings(gan_job.JOB, FLAGS, model="dpgan", eval_protocol="dpimagebench", conditional=True)
+    assert gan_job.JOB.settings(model="dpgan").downstream_epochs == 3
+    s = gan_job.JOB.settings(model="dpgan", eval_protocol="dpimagebench", conditional=True)
     assert s.downstream_epochs == 50 and s.classifier_depth == 110 and s.selection_epsilon is None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfpriv.errors import UsageError
-from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_integer  # on tfpriv's FLAGS, not absl's
+from tfpriv.cli.flags import DEFINE_boolean, DEFINE_integer  # on tfpriv's FLAGS, not absl's
 
 DEFINE_boolean("audit", False, "Audit the sensitivity of the configured model and aggregation instead of training: "
                "writes OUTPUT_DIR/audit.json with max_sensitivity_ratio (must be <= 1; exit code 1 if not). "

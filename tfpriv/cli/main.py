@@ -25,26 +25,30 @@ from absl import app, flags
 from tfpriv import families, tf_logs
 from tfpriv.cli import audit as audit_job
 from tfpriv.cli import tuning
+from tfpriv.cli import flags as cli_flags
+from tfpriv.cli.flags import FLAGS, flag_message, settings_from_flags, tfpriv_flag_modules
 from tfpriv.errors import UsageError
-from tfpriv.jobs import flags as common_flags
 from tfpriv.jobs import pipeline
-from tfpriv.jobs.job import Job, flag_message, read_settings, tfpriv_flag_modules
+from tfpriv.jobs.job import Job
 from tfpriv.training import distribute
 
-FLAGS = common_flags.FLAGS  # tfpriv's flags; absl's FLAGS holds them only once parse_flags added them
 
-families.load_built_ins()  # the built-in families' flags, defined before absl parses the command line
+def jobs() -> list[Job]:
+    """The registered families' jobs, each once, in registration order."""
+    return list({id(family.job): family.job for family in families.families().values()}.values())
+
+
+cli_flags.define_settings_flags(jobs())  # the built-in families' flags, before absl parses the command line
 
 HELP_FLAGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--help=true", "--helpshort=true")
 
 
 def help_sections() -> dict[str, str]:
     """--help: the shared flags, then each family's own (a job's flags are defined in the module of its run())."""
-    jobs = {id(family.job): family.job for family in families.families().values()}.values()
-    return {"tfpriv.jobs.flags": "shared flags (every model)",
+    return {cli_flags.SHARED: "shared flags (every model)",
             "tfpriv.cli.audit": "--audit (sensitivity audit of the configured model instead of training)",
             "tfpriv.cli.tuning": "--tune (hyperparameter tuning: trials are normal runs; epsilon of the whole job)",
-            **{job.module: f"--model={' | '.join(job.names)} ({job.summary})" for job in jobs}}
+            **{job.module: f"--model={' | '.join(job.names)} ({job.summary})" for job in jobs()}}
 
 
 def job_for(model: str) -> Job:
@@ -116,9 +120,9 @@ def prepare(argv=None):
     if argv is not None and len(argv) > 1:
         raise UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
     job = job_for(FLAGS.model)
-    if FLAGS.mode not in common_flags.MODES:
-        raise UsageError(f"--mode: must be one of {', '.join(common_flags.MODES)}, got {FLAGS.mode!r}")
-    settings = read_settings(job, FLAGS, model=FLAGS.model)
+    if FLAGS.mode not in cli_flags.MODES:
+        raise UsageError(f"--mode: must be one of {', '.join(cli_flags.MODES)}, got {FLAGS.mode!r}")
+    settings = settings_from_flags(job, FLAGS, model=FLAGS.model)
     tuning.check_flags(FLAGS)
     if FLAGS.tune:
         job = tuning.as_tuning_job(job)
@@ -271,7 +275,8 @@ def interrupted(job: Job | None, output_dir: str | None) -> None:
 def help_text() -> str:
     """tfpriv's flags grouped by job (absl's and TensorFlow's are under --helpfull)."""
     parts = [HELP_HEADER, ""]
-    modules = tfpriv_flag_modules(FLAGS)
+    cli_flags.define_settings_flags(jobs())  # families registered since start-up
+    modules = tfpriv_flag_modules(FLAGS, jobs())
     sections = help_sections()
     for module in [m for m in sections if m in modules] + [m for m in modules if m not in sections]:
         rendered = FLAGS.module_help(module).strip("\n").splitlines()
@@ -333,6 +338,7 @@ def command_line_flags() -> flags.FlagValues:
     """absl's FLAGS with tfpriv's flags added, each under the module that defined it: `app.run` parses
     the process's FLAGS (its --helpfull, --flagfile and logging flags), and the values land on the Flag
     objects tfpriv's FLAGS reads. Only the command line does this; the library leaves absl's FLAGS alone."""
+    cli_flags.define_settings_flags(jobs())  # families registered since start-up
     process = flags.FLAGS
     for module, defined in FLAGS.flags_by_module_dict().items():
         for flag in defined:

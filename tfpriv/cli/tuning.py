@@ -28,8 +28,9 @@ from absl import flags
 from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError, UsageError
-from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string, FLAGS  # tfpriv's flags
-from tfpriv.jobs.job import CONTROL_FLAGS, Job, flag_message, read_settings, user_set
+from tfpriv.cli.flags import (CONTROL_FLAGS, DEFINE_boolean, DEFINE_float, DEFINE_integer,  # tfpriv's flags
+                              DEFINE_string, FLAGS, flag_message, settings_from_flags, user_set)
+from tfpriv.jobs.job import Job
 from tfpriv.jobs.pipeline import check_privacy_flags
 from tfpriv.tuning.family import FamilyTuning
 from tfpriv.privacy.accounting import training_event
@@ -149,8 +150,8 @@ class TrialPlanner:
         extra = {}
         if self.base.seed is not None and trial_dir is not None:  # distinct, reproducible streams per trial
             extra["seed"] = (self.base.seed * 1_000_003 + int(os.path.basename(trial_dir)) + 1) % 2 ** 31
-        return read_settings(self.job, self.flags, model=self.model, **values, **self.job.tuning.trial_settings,
-                             **extra)
+        return settings_from_flags(self.job, self.flags, model=self.model, **values,
+                                   **self.job.tuning.trial_settings, **extra)
 
     def run_trial(self, values: dict, trial_dir: str) -> dict:
         return self.job.run(self.settings(values, trial_dir), trial_dir)

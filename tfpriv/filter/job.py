@@ -1,8 +1,7 @@
 """`--model=filter`: stage 1 (VAE, frozen) -> stage 2 (filter game per budget/user) -> stage 3 (evaluation).
 
-The filter's own flags are defined here; the shared ones (tfpriv/jobs/flags.py: --dataset,
---data_dir, --seed, --latent_dim, --beta, the privacy flags) take the filter's defaults below
-unless given. Stage 1 is the shared job sequence (tfpriv/jobs/pipeline.py): plan, `fit_private`
+The filter's settings are declared here (`FilterSettings`; the shared ones, --dataset, --data_dir,
+--seed, --latent_dim, --beta and the privacy settings, in tfpriv/jobs/schema.py, with the filter's defaults). Stage 1 is the shared job sequence (tfpriv/jobs/pipeline.py): plan, `fit_private`
 in OUTPUT_DIR/stage1 (checkpoints, TensorBoard logs; a re-run resumes), the trained VAE saved in
 OUTPUT_DIR/vae; stages 2-3 run on its codes and the headline filter is saved in OUTPUT_DIR/filter.
 
@@ -30,11 +29,11 @@ from absl import logging
 
 from tfpriv.errors import UsageError
 from tfpriv.filter import serving
-from tfpriv.jobs.flags import (DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_list,  # on tfpriv's FLAGS
-                                DEFINE_string)
-from tfpriv.jobs import pipeline
-from tfpriv.jobs.job import Family, Job, PrivateSettings, register
-from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.filter.divergence import DIVERGENCES
+from tfpriv.jobs import pipeline, schema
+from tfpriv.jobs.job import Family, Job, register
+from tfpriv.jobs.pipeline import Built, progress
+from tfpriv.jobs.schema import PrivateSettings, need, setting
 from tfpriv.tuning.family import FamilyTuning
 from tfpriv.run_folder import CHECKPOINTS_DIR, FILTER_DIR, PRIVACY_PLAN_FILE, STAGE1_DIR, VAE_DIR
 from tfpriv.training.results import guarantee
@@ -48,80 +47,56 @@ DEFAULT_TASKS = {  # dataset -> (private, utility, non-target)
 }
 STAGE1_AGGREGATIONS = ("none", "micro", "batch")
 
-DEFINE_integer("filter_epochs", 1000, "Filter-game epochs (paper: 1000).")
-DEFINE_float("budget", 1.0, "Distortion budget b of the filter (headline metrics are at this budget).")
-DEFINE_list("sweep_budgets", [], "Extra budgets for the accuracy-vs-budget curve, e.g. 0,0.01,0.1,1,10.")
-DEFINE_string("divergence", "kl", "Distortion divergence: kl or chi2.")
-DEFINE_string("private_label", None, "Private label (default per dataset; MNIST: digit, digit_ge5, parity, circle).")
-DEFINE_string("utility_label", None, "Utility label (default per dataset).")
-DEFINE_string("nontarget_label", None, "Optional non-target label to evaluate ('none' to skip).")
-DEFINE_float("utility_weight", 1.0, "β, weight of the utility loss in the filter objective.")
-DEFINE_float("penalty_rho", 10.0, "Initial ρ of the budget penalty (halved every 500 epochs, floor 2).")
-DEFINE_string("filter_type", "linear", "linear or mlp.")
-DEFINE_integer("noise_dim", None, "Filter noise dimension (default: latent dimension).")
-DEFINE_integer("vae_epochs", 10, "Stage-1 VAE epochs.")
-DEFINE_integer("vae_batch_size", 128, "Stage-1 VAE (expected) batch size.")
-DEFINE_float("vae_learning_rate", 1e-3, "Stage-1 VAE Adam learning rate.")
-DEFINE_integer("filter_batch_size", 128, "Filter-game batch size (paper: 128; CelebA 24).")
-DEFINE_float("filter_learning_rate", 1e-3, "Filter-game Adam learning rate (paper: 1e-3; CelebA 2e-4).")
-DEFINE_integer("filter_train_subset", 0, "Train the filter on the first N training codes (0: all).")
-DEFINE_integer("filter_eval_epochs", 30, "Epochs of the fresh stage-3 classifiers.")
-DEFINE_integer("filter_eval_min_steps", 3000, "Minimum updates of each stage-3 classifier.")
-DEFINE_string("filter_classifier", None, "Classifier: mlp or linear (default per dataset).")
-DEFINE_float("filter_delta", 1e-5, "δ at which the filter's RDP is converted to ε.")
-DEFINE_boolean("gaussian_baseline", True, "Also evaluate the Gaussian mechanism at each budget.")
-DEFINE_boolean("filter_plots", True, "Write PNG figures.")
-DEFINE_integer("num_users", 1, "Users with their own filter (>1: multi-user run).")
-DEFINE_list("filter_users", [], "private:utility per user, e.g. digit_ge5:parity,parity:digit_ge5.")
-DEFINE_integer("filter_num_parts", 10, "Multi-user: equal parts of the training set; user k owns part k.")
-DEFINE_integer("repeats", 1, "Independent filter trainings (seeds) per budget.")
-DEFINE_string("adversary_objective", "ce", "Filter's privacy loss: ce (maximise adversary CE, paper) or confusion (CE to uniform).")
-DEFINE_integer("adversary_steps", 1, "Adversary updates per filter update.")
-DEFINE_float("filter_ema", 0.0, "Release with a moving average of the filter weights, this decay (0: last iterate, paper).")
-DEFINE_float("label_epsilon", None, "Train the (linear) filter so that its label-change epsilon at "
-             "--filter_delta is at most this (projection during the game; unset: unconstrained). It protects "
-             "codes released with secret noise: without --seed, which makes the release reproducible.")
-DEFINE_float("robust_decoder", 0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FilterSettings(PrivateSettings):
-    feature_scaling: str
-    clipped_sum: str
-    latent_dim: int | None
-    beta: float
-    filter_epochs: int
-    budget: float
-    sweep_budgets: list
-    divergence: str
-    private_label: str | None
-    utility_label: str | None
-    nontarget_label: str | None
-    utility_weight: float
-    penalty_rho: float
-    filter_type: str
-    noise_dim: int | None
-    vae_epochs: int
-    vae_batch_size: int
-    vae_learning_rate: float
-    filter_batch_size: int
-    filter_learning_rate: float
-    filter_train_subset: int
-    filter_eval_epochs: int
-    filter_eval_min_steps: int
-    filter_classifier: str | None
-    filter_delta: float
-    gaussian_baseline: bool
-    filter_plots: bool
-    num_users: int
-    filter_users: list
-    filter_num_parts: int
-    repeats: int
-    adversary_objective: str
-    adversary_steps: int
-    filter_ema: float
-    label_epsilon: float | None
-    robust_decoder: float
+    dataset: str = schema.dataset("mnist")
+    aggregation: str = schema.aggregation("none")
+    feature_scaling: str = schema.feature_scaling()
+    clipped_sum: str = schema.clipped_sum()
+    latent_dim: int | None = schema.latent_dim()
+    beta: float = schema.beta()
+    filter_epochs: int = setting(1000, "Filter-game epochs (paper: 1000).", ge=0)
+    budget: float = setting(1.0, "Distortion budget b of the filter (headline metrics are at this budget).")
+    sweep_budgets: list = setting([], "Extra budgets for the accuracy-vs-budget curve, e.g. 0,0.01,0.1,1,10.")
+    divergence: str = setting("kl", "Distortion divergence: kl or chi2.", choices=DIVERGENCES)
+    private_label: str | None = setting(None, "Private label (default per dataset; MNIST: digit, digit_ge5, parity, "
+                                        "circle).")
+    utility_label: str | None = setting(None, "Utility label (default per dataset).")
+    nontarget_label: str | None = setting(None, "Optional non-target label to evaluate ('none' to skip).",
+                                          evaluation=True)
+    utility_weight: float = setting(1.0, "β, weight of the utility loss in the filter objective.", ge=0)
+    penalty_rho: float = setting(10.0, "Initial ρ of the budget penalty (halved every 500 epochs, floor 2).", gt=0)
+    filter_type: str = setting("linear", "linear or mlp.", choices=("linear", "mlp"))
+    noise_dim: int | None = setting(None, "Filter noise dimension (default: latent dimension).", ge=1)
+    vae_epochs: int = setting(10, "Stage-1 VAE epochs.", ge=1)
+    vae_batch_size: int = setting(128, "Stage-1 VAE (expected) batch size.", ge=1)
+    vae_learning_rate: float = setting(1e-3, "Stage-1 VAE Adam learning rate.", gt=0)
+    filter_batch_size: int = setting(128, "Filter-game batch size (paper: 128; CelebA 24).", ge=1)
+    filter_learning_rate: float = setting(1e-3, "Filter-game Adam learning rate (paper: 1e-3; CelebA 2e-4).", gt=0)
+    filter_train_subset: int = setting(0, "Train the filter on the first N training codes (0: all).", ge=0)
+    filter_eval_epochs: int = setting(30, "Epochs of the fresh stage-3 classifiers.", ge=1, evaluation=True)
+    filter_eval_min_steps: int = setting(3000, "Minimum updates of each stage-3 classifier.", ge=0, evaluation=True)
+    filter_classifier: str | None = setting(None, "Classifier: mlp or linear (default per dataset).",
+                                            choices=("mlp", "linear"), evaluation=True)
+    filter_delta: float = setting(1e-5, "δ at which the filter's RDP is converted to ε.", gt=0, lt=1)
+    gaussian_baseline: bool = setting(True, "Also evaluate the Gaussian mechanism at each budget.", evaluation=True)
+    filter_plots: bool = setting(True, "Write PNG figures.", evaluation=True)
+    num_users: int = setting(1, "Users with their own filter (>1: multi-user run).", ge=1)
+    filter_users: list = setting([], "private:utility per user, e.g. digit_ge5:parity,parity:digit_ge5.")
+    filter_num_parts: int = setting(10, "Multi-user: equal parts of the training set; user k owns part k.", ge=2)
+    repeats: int = setting(1, "Independent filter trainings (seeds) per budget.", ge=1)
+    adversary_objective: str = setting("ce", "Filter's privacy loss: ce (maximise adversary CE, paper) or confusion "
+                                       "(CE to uniform).", choices=("ce", "confusion"))
+    adversary_steps: int = setting(1, "Adversary updates per filter update.", ge=1)
+    filter_ema: float = setting(0.0, "Release with a moving average of the filter weights, this decay (0: last "
+                                "iterate, paper).", ge=0, lt=1)
+    label_epsilon: float | None = setting(
+        None, "Train the (linear) filter so that its label-change epsilon at --filter_delta is at most this "
+        "(projection during the game; unset: unconstrained). It protects codes released with secret noise: without "
+        "--seed, which makes the release reproducible.")
+    robust_decoder: float = setting(0.0, "Weight of the eq.-14 Lipschitz decoder term in stage 1 (0: off).", ge=0)
 
 
 PRIVACY_SCOPE = (
@@ -191,25 +166,6 @@ def validate(s: FilterSettings) -> dict:
     """Checks every filter setting once (UsageError naming the flag, nothing written yet);
     returns what the checks resolve: budgets, users, feature scaling."""
     resolved = {"budgets": budgets(s)}
-    for name, ok, rule in [
-        ("filter_epochs", s.filter_epochs >= 0, ">= 0"), ("vae_epochs", s.vae_epochs >= 1, ">= 1"),
-        ("repeats", s.repeats >= 1, ">= 1"), ("num_users", s.num_users >= 1, ">= 1"),
-        ("utility_weight", s.utility_weight >= 0, ">= 0"), ("penalty_rho", s.penalty_rho > 0, "> 0"),
-        ("filter_batch_size", s.filter_batch_size >= 1, ">= 1"), ("vae_batch_size", s.vae_batch_size >= 1, ">= 1"),
-        ("filter_learning_rate", s.filter_learning_rate > 0, "> 0"), ("vae_learning_rate", s.vae_learning_rate > 0, "> 0"),
-        ("filter_train_subset", s.filter_train_subset >= 0, ">= 0"), ("filter_eval_epochs", s.filter_eval_epochs >= 1, ">= 1"),
-        ("robust_decoder", s.robust_decoder >= 0, ">= 0"), ("filter_num_parts", s.filter_num_parts >= 2, ">= 2"),
-        ("filter_delta", 0 < s.filter_delta < 1, "in (0, 1)"),
-        ("filter_eval_min_steps", s.filter_eval_min_steps >= 0, ">= 0"),
-        ("noise_dim", s.noise_dim is None or s.noise_dim >= 1, ">= 1"),
-        ("filter_ema", 0.0 <= s.filter_ema < 1.0, "in [0, 1)"), ("adversary_steps", s.adversary_steps >= 1, ">= 1"),
-    ]:
-        need(name, ok, rule, getattr(s, name))
-    from tfpriv.filter.divergence import DIVERGENCES
-    need("divergence", s.divergence in DIVERGENCES, f"one of {', '.join(DIVERGENCES)}", repr(s.divergence))
-    need("filter_type", s.filter_type in ("linear", "mlp"), "linear or mlp", repr(s.filter_type))
-    need("filter_classifier", s.filter_classifier in (None, "mlp", "linear"), "mlp or linear", repr(s.filter_classifier))
-    need("adversary_objective", s.adversary_objective in ("ce", "confusion"), "ce or confusion", repr(s.adversary_objective))
     if s.label_epsilon is not None:
         from tfpriv.filter.rdp import max_sensitivity_sq
         if s.filter_type != "linear":
@@ -279,7 +235,6 @@ class FilterRun(pipeline.TrainingRun):
 
         from tfpriv.filter.architectures import LATENT_DIMS
         from tfpriv.filter.stage1 import build_stage1_vae
-        from tfpriv.privacy.config import DPConfig
         s = self.s
         self.started = time.time()
         keras.utils.set_random_seed(self.seed)
@@ -288,9 +243,7 @@ class FilterRun(pipeline.TrainingRun):
         # gradient clipped as one group (sensitivity 2). The robust-decoder term is per example (its
         # z' and t are drawn per example); the engine checks before training, on a public batch,
         # that every per-example term depends on its own example only.
-        config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
-                          batch_clip=0.0, num_partitions=1, clipping=s.clipping, clipped_sum=s.clipped_sum,
-                          seed=s.seed)
+        config = s.dp_config(batch_clip=0.0, num_partitions=1)
         # A non-private stage 1 trains on shuffled fixed-size batches unless --sampling is given.
         sampling = s.sampling if config.private or "sampling" in s.given else "shuffle"
         return Built(vae, np.asarray(data.x_train, np.float32), keras.optimizers.Adam(s.vae_learning_rate), config,
@@ -469,7 +422,6 @@ TUNING = FamilyTuning(
 JOB = Job(
     names=("filter",), settings_type=FilterSettings, run=run, sample=None,
     training_run=FilterRun, tuning=TUNING,
-    defaults={"dataset": "mnist", "aggregation": "none"},
     # plan_privacy / DPConfig name the stage-1 VAE's batch size, epochs and learning rate plainly.
     flag_names={"batch_size": "vae_batch_size", "epochs": "vae_epochs", "learning_rate": "vae_learning_rate",
                 "expected_batch_size": "vae_batch_size", "sampling_rate": "vae_batch_size"},

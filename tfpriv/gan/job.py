@@ -1,7 +1,7 @@
 """`--model=dpwgan_gp|dpgan`: train a private GAN, score it, write results.json and sample grids.
 
-The GAN's own flags are defined here; the shared ones (tfpriv/jobs/flags.py) take the model's
-defaults below unless given (004's settings for DP-WGAN-GP, Xie et al.'s for DPGAN).
+The GAN's settings are declared here (`GanSettings`; the shared ones in tfpriv/jobs/schema.py) with the
+model's defaults (004's settings for DP-WGAN-GP, Xie et al.'s for DPGAN).
 
     JOB.run(settings, output_dir) -> results dict      (train, evaluate, write)
     JOB.sample(settings, output_dir) -> dict           (--mode=sample: N samples from --generator_path)
@@ -19,10 +19,11 @@ from absl import logging
 
 from tfpriv.errors import UsageError
 from tfpriv.gan import serving
-from tfpriv.jobs.flags import DEFINE_boolean, DEFINE_float, DEFINE_integer, DEFINE_string  # on tfpriv's FLAGS
-from tfpriv.jobs import pipeline
-from tfpriv.jobs.job import Family, Job, PrivateSettings, register
-from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.gan.dpgan import GAN_LOSSES
+from tfpriv.jobs import pipeline, schema
+from tfpriv.jobs.job import Family, Job, Synthesis, register
+from tfpriv.jobs.pipeline import Built, progress
+from tfpriv.jobs.schema import Derived, PrivateSettings, need, setting
 from tfpriv.tuning.family import FamilyTuning
 from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE, PROGRESS_FILE
 from tfpriv.tuning.tuner import Objective
@@ -32,89 +33,6 @@ IMAGE_DATASETS = ("mnist", "fashion_mnist")
 GAN_OPTIMIZERS = ("rmsprop", "adam")
 EVAL_PROTOCOLS = ("tfpriv", "dpimagebench")
 
-DEFINE_integer("critic_steps", None, "Critic steps per generator step (default: 1 for dpwgan_gp as in 004, 5 for dpgan).")
-DEFINE_integer("capacity", 32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).")
-DEFINE_integer("generator_capacity", None, "Generator width, if it should differ from --capacity. The generator is "
-               "post-processing: its size adds no noise (the critic's does, with the square root of its weights).")
-DEFINE_float("diversity_weight", 0.0, "Weight of the generator's mode-seeking term (Mao et al. 2019): pairs of "
-             "fakes with one label and different latents are pushed apart (0: off). Post-processing: no privacy cost.")
-DEFINE_float("saturation_bound", 0.0, "Penalise the generator's pre-sigmoid values beyond +-bound (mean of "
-             "(|x| - bound)^2 over pixels; 0: off), against the start-up collapse in which they sink so far "
-             "below 0 that every image is blank and the generator stops learning. Post-processing: no privacy cost.")
-DEFINE_integer("noise_multiplicity", 1, "Fakes and interpolation weights per real example in the critic's loss, "
-               "averaged within the example before clipping (DPDM's noise multiplicity): the same clip and epsilon, "
-               "about K times the critic's compute. Needs per-example clipping (not --clipping=fast).")
-DEFINE_float("gp_weight", 10.0, "DP-WGAN-GP: gradient-penalty weight lambda.")
-DEFINE_float("weight_clip", 0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update "
-             "(0: off, only with --gan_loss=logistic).")
-DEFINE_string("gan_loss", "wasserstein", "DPGAN: wasserstein (Xie et al.) or logistic (the standard GAN loss with a "
-              "non-saturating generator, as in Bie et al. 2023).")
-DEFINE_string("gan_optimizer", None, "rmsprop or adam (Adam with betas 0.5, 0.9) for critic and generator "
-              "(default: adam for dpwgan_gp as in 004, rmsprop for dpgan as in Xie et al.).")
-DEFINE_float("generator_ema", 0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
-             "Post-processing: no privacy cost.")
-DEFINE_integer("latent_size", 128, "Generator latent dimension.")
-DEFINE_boolean("conditional", False, "Class-conditional GAN (labels are private: they enter the clipped critic).")
-DEFINE_string("generator_path", None, "--mode=sample: a GAN run directory or its generator.keras (default: --output_dir).")
-DEFINE_integer("eval_every", 1, "Score the generator every N epochs for the IS-vs-epsilon curve (0: only at the end).")
-DEFINE_integer("eval_every_steps", 0, "Score every N critic steps instead of every --eval_every epochs (0: off).")
-DEFINE_integer("eval_samples", 2000, "Samples per intermediate score.")
-DEFINE_integer("downstream_samples", 60000, "Conditional: synthetic examples the downstream classifier(s) "
-               "are trained on (--eval_protocol=dpimagebench: the first n - n // 12 of them).")
-DEFINE_integer("downstream_epochs", None, "Conditional: epochs of the downstream classifier(s) (default: 3 for "
-               "--eval_protocol=tfpriv, 50 for dpimagebench as in DPImageBench).")
-DEFINE_string("eval_protocol", "tfpriv", "Conditional: tfpriv (a small CNN trained on the samples, its last "
-              "epoch scored on the test split) or dpimagebench (DPImageBench's: 5,000 training examples held "
-              "out of the GAN's training as a private validation split, its ResNet trained on the samples, the "
-              "epoch chosen on that split with a noisy count, the test split scored once; docs/dpimagebench.md).")
-DEFINE_float("selection_epsilon", None, "--eval_protocol=dpimagebench: epsilon of each classifier's noisy "
-             "epoch selection (Laplace noise of scale 1/epsilon on the count of correct validation "
-             "predictions), added to the run's epsilon (default: the run's epsilon, DPImageBench's rule).")
-DEFINE_integer("classifier_depth", 110, "--eval_protocol=dpimagebench: depth of DPImageBench's ResNet "
-               "(6n + 2; 110 is DPImageBench's).")
-DEFINE_float("max_minutes", 0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps taken.")
-DEFINE_integer("max_steps", 0, "Stop after this many critic steps (0: no limit; reduced-settings runs).")
-DEFINE_string("classifier_cache_dir", None, "Cache of the evaluation classifiers, used only where tfpriv's "
-              "shipped copies are missing (default ~/.cache/tfpriv).")
-DEFINE_boolean("public_scores", False, "Also score the samples with an evaluation classifier trained on the test "
-               "split only (metrics *_public: inception score, Frechet distance to the test set, label "
-               "agreement); --tune chooses by these, since the default classifier is trained on the training "
-               "split, the GAN's private data.")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GanSettings(PrivateSettings):
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    lr_schedule: str
-    num_samples: int
-    critic_steps: int
-    capacity: int
-    generator_capacity: int | None
-    diversity_weight: float
-    saturation_bound: float
-    noise_multiplicity: int
-    gp_weight: float
-    weight_clip: float
-    gan_loss: str
-    gan_optimizer: str
-    generator_ema: float
-    latent_size: int
-    conditional: bool
-    generator_path: str | None
-    eval_every: int
-    eval_every_steps: int
-    eval_samples: int
-    downstream_samples: int
-    downstream_epochs: int
-    eval_protocol: str
-    selection_epsilon: float | None
-    classifier_depth: int
-    max_minutes: float
-    max_steps: int
-    classifier_cache_dir: str | None
-    public_scores: bool
 
 
 def _default_learning_rate(values: dict) -> float:
@@ -122,66 +40,102 @@ def _default_learning_rate(values: dict) -> float:
     return default_learning_rate(values["batch_size"])
 
 
-MODEL_DEFAULTS = {
-    # 004's code: batch 128, Adam(0.5, 0.9) at batch * 3.125e-6, C = 1, sigma in {0.5..1}, 40 epochs.
-    "dpwgan_gp": dict(critic_steps=1, batch_size=128, learning_rate=_default_learning_rate, l2_norm_clip=1.0,
-                      noise_multiplier=0.5, epochs=40, clipping="per_example", gan_optimizer="adam"),
-    # Xie et al.: n_critic 5, RMSProp 5e-5, c_p 0.01, batch 64.
-    "dpgan": dict(critic_steps=5, batch_size=64, learning_rate=5e-5, l2_norm_clip=1.0, noise_multiplier=1.0,
-                  epochs=20, clipping="fast", gan_optimizer="rmsprop"),
-}
-
-
 def _default_downstream_epochs(values: dict) -> int:
     from tfpriv.metrics import dpimagebench
     return dpimagebench.EPOCHS if values["eval_protocol"] == "dpimagebench" else 3
 
 
-COMMON_DEFAULTS = dict(dataset="mnist", aggregation="micro", num_samples=10000,
-                       downstream_epochs=_default_downstream_epochs)
+# 004's code: batch 128, Adam(0.5, 0.9) at batch * 3.125e-6, C = 1, sigma in {0.5..1}, 40 epochs.
+# Xie et al. (dpgan): n_critic 5, RMSProp 5e-5, c_p 0.01, batch 64.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GanSettings(PrivateSettings):
+    dataset: str = schema.dataset("mnist")
+    aggregation: str = schema.aggregation("micro")
+    noise_multiplier: float = schema.noise_multiplier(per_model={"dpwgan_gp": 0.5, "dpgan": 1.0})
+    clipping: str = schema.clipping(per_model={"dpwgan_gp": "per_example", "dpgan": "fast"})
+    epochs: int = schema.epochs(per_model={"dpwgan_gp": 40, "dpgan": 20})
+    batch_size: int = schema.batch_size(per_model={"dpwgan_gp": 128, "dpgan": 64})
+    learning_rate: float = schema.learning_rate(per_model={
+        "dpwgan_gp": Derived(_default_learning_rate, "batch_size x 3.125e-6"), "dpgan": 5e-5})
+    lr_schedule: str = schema.lr_schedule()
+    num_samples: int = schema.num_samples(10000)
+    critic_steps: int = setting(None, "Critic steps per generator step.", per_model={"dpwgan_gp": 1, "dpgan": 5}, ge=1)
+    capacity: int = setting(32, "Critic/generator width: filters capacity x {1, 2, 4} (004: 16, 32, 96, 128).", ge=1)
+    generator_capacity: int | None = setting(
+        None, "Generator width, if it should differ from --capacity. The generator is post-processing: its size adds "
+        "no noise (the critic's does, with the square root of its weights).", ge=1)
+    diversity_weight: float = setting(
+        0.0, "Weight of the generator's mode-seeking term (Mao et al. 2019): pairs of fakes with one label and "
+        "different latents are pushed apart (0: off). Post-processing: no privacy cost.", ge=0, note="0: off")
+    saturation_bound: float = setting(
+        0.0, "Penalise the generator's pre-sigmoid values beyond +-bound (mean of (|x| - bound)^2 over pixels; 0: "
+        "off), against the start-up collapse in which they sink so far below 0 that every image is blank and the "
+        "generator stops learning. Post-processing: no privacy cost.", ge=0, note="0: off")
+    noise_multiplicity: int = setting(
+        1, "Fakes and interpolation weights per real example in the critic's loss, averaged within the example "
+        "before clipping (DPDM's noise multiplicity): the same clip and epsilon, about K times the critic's compute. "
+        "Needs per-example clipping (not --clipping=fast).", ge=1, note="1: one fake per example")
+    gp_weight: float = setting(10.0, "DP-WGAN-GP: gradient-penalty weight lambda.", ge=0)
+    weight_clip: float = setting(0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update (0: off, "
+                                 "only with --gan_loss=logistic).", ge=0, note="0: off")
+    gan_loss: str = setting("wasserstein", "DPGAN: wasserstein (Xie et al.) or logistic (the standard GAN loss with a "
+                            "non-saturating generator, as in Bie et al. 2023).", choices=GAN_LOSSES)
+    gan_optimizer: str = setting(None, "rmsprop or adam (Adam with betas 0.5, 0.9) for critic and generator.",
+                                 per_model={"dpwgan_gp": "adam", "dpgan": "rmsprop"}, choices=GAN_OPTIMIZERS)
+    generator_ema: float = setting(0.0, "Momentum of an EMA of the generator weights used for sampling (0: off). "
+                                   "Post-processing: no privacy cost.", ge=0, lt=1)
+    latent_size: int = setting(128, "Generator latent dimension.", ge=1)
+    conditional: bool = setting(False, "Class-conditional GAN (labels are private: they enter the clipped critic).",
+                                synthesizer=False)  # a synthesizer's: whether fit was given labels
+    generator_path: str | None = setting(None, "--mode=sample: a GAN run directory or its generator.keras (default: "
+                                         "--output_dir).", synthesizer=False)
+    eval_every: int = setting(1, "Score the generator every N epochs for the IS-vs-epsilon curve (0: only at the "
+                              "end).", ge=0, evaluation=True)
+    eval_every_steps: int = setting(0, "Score every N critic steps instead of every --eval_every epochs (0: off).",
+                                    ge=0, evaluation=True)
+    eval_samples: int = setting(2000, "Samples per intermediate score.", ge=10, evaluation=True)
+    downstream_samples: int = setting(
+        60000, "Conditional: synthetic examples the downstream classifier(s) are trained on "
+        "(--eval_protocol=dpimagebench: the first n - n // 12 of them).", ge=10, evaluation=True)
+    downstream_epochs: int = setting(
+        Derived(_default_downstream_epochs, "3 for --eval_protocol=tfpriv, 50 for dpimagebench as in DPImageBench"),
+        "Conditional: epochs of the downstream classifier(s).", ge=1, evaluation=True)
+    eval_protocol: str = setting(
+        "tfpriv", "Conditional: tfpriv (a small CNN trained on the samples, its last epoch scored on the test split) "
+        "or dpimagebench (DPImageBench's: 5,000 training examples held out of the GAN's training as a private "
+        "validation split, its ResNet trained on the samples, the epoch chosen on that split with a noisy count, the "
+        "test split scored once; docs/dpimagebench.md).", choices=EVAL_PROTOCOLS, evaluation=True)
+    selection_epsilon: float | None = setting(
+        None, "--eval_protocol=dpimagebench: epsilon of each classifier's noisy epoch selection (Laplace noise of "
+        "scale 1/epsilon on the count of correct validation predictions), added to the run's epsilon (default: the "
+        "run's epsilon, DPImageBench's rule).", gt=0, evaluation=True)
+    classifier_depth: int = setting(110, "--eval_protocol=dpimagebench: depth of DPImageBench's ResNet (6n + 2; 110 "
+                                    "is DPImageBench's).", evaluation=True)
+    max_minutes: float = setting(0.0, "Stop training after this much wall time (0: no limit); epsilon covers the steps "
+                                 "taken.", ge=0)
+    max_steps: int = setting(0, "Stop after this many critic steps (0: no limit; reduced-settings runs).", ge=0)
+    classifier_cache_dir: str | None = setting(
+        None, "Cache of the evaluation classifiers, used only where tfpriv's shipped copies are missing (default "
+        "~/.cache/tfpriv).", evaluation=True)
+    public_scores: bool = setting(
+        False, "Also score the samples with an evaluation classifier trained on the test split only (metrics "
+        "*_public: inception score, Frechet distance to the test set, label agreement); --tune chooses by these, "
+        "since the default classifier is trained on the training split, the GAN's private data.", evaluation=True)
 
 
 def validate(s: GanSettings) -> None:
     """Every GAN setting checked (UsageError naming the flag) before anything is read or written."""
-    from tfpriv.gan.dpgan import GAN_LOSSES
-    from tfpriv.privacy.config import CLIPPING_METHODS
-    need("capacity", s.capacity >= 1, ">= 1", s.capacity)
-    need("generator_capacity", s.generator_capacity is None or s.generator_capacity >= 1, ">= 1", s.generator_capacity)
-    need("critic_steps", s.critic_steps >= 1, ">= 1", s.critic_steps)
-    need("latent_size", s.latent_size >= 1, ">= 1", s.latent_size)
-    need("generator_ema", 0 <= s.generator_ema < 1, "in [0, 1)", s.generator_ema)
-    need("diversity_weight", math.isfinite(s.diversity_weight) and s.diversity_weight >= 0, "a finite number >= 0 (0: off)",
-         s.diversity_weight)
     need("batch_size", s.diversity_weight == 0 or s.batch_size >= 2,
          ">= 2 with --diversity_weight (the generator pairs its fakes)", s.batch_size)
-    need("saturation_bound", math.isfinite(s.saturation_bound) and s.saturation_bound >= 0, "a finite number >= 0 (0: off)",
-         s.saturation_bound)
-    need("noise_multiplicity", s.noise_multiplicity >= 1, ">= 1 (1: one fake per example)", s.noise_multiplicity)
-    need("gp_weight", math.isfinite(s.gp_weight) and s.gp_weight >= 0, "a finite number >= 0", s.gp_weight)
-    need("weight_clip", math.isfinite(s.weight_clip) and s.weight_clip >= 0, "a finite number >= 0 (0: off)", s.weight_clip)
-    need("gan_loss", s.gan_loss in GAN_LOSSES, f"one of {', '.join(GAN_LOSSES)}", repr(s.gan_loss))
-    need("gan_optimizer", s.gan_optimizer in GAN_OPTIMIZERS, f"one of {', '.join(GAN_OPTIMIZERS)}", repr(s.gan_optimizer))
     if s.model == "dpwgan_gp" and s.gan_loss != "wasserstein":
         raise UsageError(f"--gan_loss: {s.gan_loss!r} applies to --model=dpgan only; DP-WGAN-GP is a Wasserstein GAN")
     if s.model == "dpgan" and s.gan_loss == "wasserstein" and s.weight_clip == 0:
         raise UsageError("--weight_clip: the Wasserstein critic needs weight clipping (> 0); 0 (off) only with "
                          "--gan_loss=logistic")
-    need("num_samples", s.num_samples >= 10, ">= 10", s.num_samples)
-    need("epochs", s.epochs >= 1, ">= 1", s.epochs)
-    need("batch_size", s.batch_size >= 1, ">= 1", s.batch_size)
-    need("learning_rate", math.isfinite(s.learning_rate) and s.learning_rate > 0, "a positive finite number", s.learning_rate)
-    need("lr_schedule", s.lr_schedule in pipeline.LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
+    need("num_samples", s.num_samples >= 10, ">= 10 (the final scores)", s.num_samples)
     need("aggregation", s.aggregation in ("micro", "none"),
          "micro (per-example clipping of the critic) or none (non-private baseline)", repr(s.aggregation))
-    need("clipping", s.clipping in CLIPPING_METHODS, f"one of {', '.join(CLIPPING_METHODS)}", repr(s.clipping))
-    need("eval_every", s.eval_every >= 0, ">= 0", s.eval_every)
-    need("eval_every_steps", s.eval_every_steps >= 0, ">= 0", s.eval_every_steps)
-    need("eval_samples", s.eval_samples >= 10, ">= 10", s.eval_samples)
-    need("downstream_samples", s.downstream_samples >= 10, ">= 10", s.downstream_samples)
-    need("downstream_epochs", s.downstream_epochs >= 1, ">= 1", s.downstream_epochs)
     validate_protocol(s)
-    need("max_minutes", math.isfinite(s.max_minutes) and s.max_minutes >= 0, "a finite number >= 0", s.max_minutes)
-    need("max_steps", s.max_steps >= 0, ">= 0", s.max_steps)
     if s.model == "dpwgan_gp" and s.aggregation == "micro" and s.clipping == "fast" and s.gp_weight > 0:
         raise UsageError("--clipping: fast (ghost-norm) clipping is not exact for the gradient penalty; use per_example")
     if s.aggregation == "micro" and s.clipping == "fast" and s.noise_multiplicity > 1:
@@ -196,7 +150,6 @@ def validate(s: GanSettings) -> None:
 def validate_protocol(s: GanSettings) -> None:
     """--eval_protocol and the flags only it reads."""
     from tfpriv.metrics import dpimagebench, resnet
-    need("eval_protocol", s.eval_protocol in EVAL_PROTOCOLS, f"one of {', '.join(EVAL_PROTOCOLS)}", repr(s.eval_protocol))
     if s.eval_protocol != "dpimagebench":
         for name in ("selection_epsilon", "classifier_depth"):
             if name in s.given:
@@ -205,9 +158,6 @@ def validate_protocol(s: GanSettings) -> None:
     if not s.conditional:
         raise UsageError("--eval_protocol: dpimagebench trains classifiers on labelled samples and needs --conditional "
                          "(every generator DPImageBench benchmarks is class-conditional)")
-    need("selection_epsilon", s.selection_epsilon is None or (math.isfinite(s.selection_epsilon)
-                                                              and s.selection_epsilon > 0),
-         "a positive finite number", s.selection_epsilon)
     resnet.check_depth(s.classifier_depth)  # its `depth` is --classifier_depth (JOB.flag_names)
     need("downstream_samples", s.downstream_samples >= dpimagebench.SYNTHETIC_VALIDATION_FRACTION,
          f">= {dpimagebench.SYNTHETIC_VALIDATION_FRACTION} with --eval_protocol=dpimagebench", s.downstream_samples)
@@ -262,7 +212,6 @@ class GanRun(pipeline.TrainingRun):
         from tfpriv.compat import keras
 
         from tfpriv.gan import dpgan, wgan_gp
-        from tfpriv.privacy.config import DPConfig
         s = self.s
         self.num_classes = int(data.num_classes.get("label", 10)) if s.conditional else None
         labels = data.labels_train["label"].astype(np.int32) if s.conditional else None
@@ -285,9 +234,7 @@ class GanRun(pipeline.TrainingRun):
         d_opt = optimizer(pipeline.learning_rate(s, len(data.x_train)))
         g_opt = optimizer(pipeline.learning_rate(s, len(data.x_train), s.critic_steps), s.generator_ema)
         self.g_opt = g_opt
-        config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, noise_multiplier=s.noise_multiplier,
-                          expected_batch_size=float(s.batch_size), clipping=s.clipping, num_partitions=1,
-                          seed=self.sampling_seed())
+        config = s.dp_config(expected_batch_size=float(s.batch_size), num_partitions=1, seed=self.sampling_seed())
         arrays = data.x_train if labels is None else (data.x_train, labels)
         return Built(model, arrays, (d_opt, g_opt), config, s.batch_size, s.epochs, s.sampling)
 
@@ -450,7 +397,6 @@ def sample(settings: GanSettings, output_dir: str) -> dict:
     from the generator in --generator_path (default: the trained run in output_dir)."""
     file, config = _resolve_generator(settings.generator_path or output_dir)
     n = settings.num_samples
-    need("num_samples", n >= 1, ">= 1", n)
     from tfpriv.compat import keras
 
     from tfpriv.gan import evaluation
@@ -481,9 +427,14 @@ TUNING = FamilyTuning(
 
 JOB = Job(
     names=MODELS, settings_type=GanSettings, run=run, sample=sample,
-    training_run=GanRun, tuning=TUNING,
-    defaults=COMMON_DEFAULTS, model_defaults=MODEL_DEFAULTS, flag_names={"depth": "classifier_depth"},
+    training_run=GanRun, tuning=TUNING, flag_names={"depth": "classifier_depth"},
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )
 
-FAMILY = register(Family(JOB, load=serving.load, serving=serving.serving))
+def _images(settings, kind: str) -> bool:
+    """A GAN's images lie in [0, 1] (its generator's sigmoid)."""
+    return True
+
+
+FAMILY = register(Family(JOB, load=serving.load, serving=serving.serving,
+                         synthesis=Synthesis(ndims=(4,), labels="conditional", unit_interval=_images)))

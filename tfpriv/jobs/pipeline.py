@@ -49,15 +49,6 @@ def check_privacy_flags(s) -> None:
                 raise UsageError(f"--{name}: only applies to private training, got --aggregation=none")
 
 
-def need(flag: str, ok: bool, rule: str, value) -> None:
-    """A settings check: `--flag: must be <rule>, got <value>`."""
-    if not ok:
-        raise UsageError(f"--{flag}: must be {rule}, got {value}")
-
-
-LR_SCHEDULES = ("constant", "cosine")
-
-
 def learning_rate(s, num_examples: int, steps_per_update: int = 1):
     """The optimizer's learning rate from --learning_rate and --lr_schedule: the constant, or a
     cosine decay to 0 over the planned updates (`s.epochs` epochs of steps, one optimizer update
@@ -235,7 +226,14 @@ class TrainingRun:
         return self.s.seed
 
     def evaluate(self) -> dict:
+        """Scores the trained model on held-out data and saves it (`save_model`); returns the metrics."""
+        self.save_model()
         return {}
+
+    def save_model(self) -> None:
+        """Saves the trained model the run serves (what its family's `load` reads). A synthesizer
+        (`tfpriv.synthesizer`) trains the job on arrays and calls only this, not `evaluate`."""
+        raise NotImplementedError
 
     def record(self) -> dict:
         """Family-specific keys of results.json."""

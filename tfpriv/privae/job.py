@@ -14,9 +14,10 @@ from tfpriv.data.pinwheel import check_scale, load_pinwheel
 from tfpriv.data.uci import resolve_feature_scaling
 from tfpriv.errors import UsageError
 from tfpriv.jobs import pipeline
-from tfpriv.jobs.flags import DEFINE_float, DEFINE_integer, DEFINE_string  # on tfpriv's FLAGS, not absl's
-from tfpriv.jobs.job import Family, Job, PrivateSettings, register
-from tfpriv.jobs.pipeline import Built, need, progress
+from tfpriv.jobs import schema
+from tfpriv.jobs.job import Family, Job, Synthesis, register
+from tfpriv.jobs.pipeline import Built, progress
+from tfpriv.jobs.schema import PrivateSettings, setting
 from tfpriv.tuning.family import FamilyTuning
 from tfpriv.privae import serving
 from tfpriv.privae.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
@@ -26,48 +27,8 @@ from tfpriv.privae.evaluation import encode_all, evaluate_vae
 from tfpriv.privae.plots import image_grid, pinwheel_figure
 from tfpriv.privae.priors import GaussianMixture, make_prior
 from tfpriv.privae.vae import VAE, VAE_CONFIG, load_vae
-from tfpriv.privacy.config import DPConfig
 from tfpriv.run_folder import VAE_DIR
 from tfpriv.tuning.tuner import Objective
-
-DEFINE_string("prior", "sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
-DEFINE_string("regularizer", "mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
-DEFINE_float("alpha", 10.0, "Weight of the batch-wise divergence.")
-DEFINE_integer("prior_samples", None, "Prior draws per partition in the batch-wise divergence (unset: as many "
-               "as the partition has members). A constant, so it costs no privacy; more draws lower the "
-               "variance of the divergence's estimate.")
-DEFINE_integer("num_samples_L", 1, "L: reparameterised samples per example in the reconstruction term.")
-DEFINE_string("architecture", "auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
-DEFINE_integer("conv_encoder_units", CONV_ENCODER_UNITS,
-               "--architecture=conv: width of the encoder's hidden FC layer (most of its weights; the DP "
-               "noise norm on the encoder grows with the square root of their number).")
-DEFINE_string("pinwheel_hidden", ",".join(map(str, PINWHEEL_HIDDEN)),
-              "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
-DEFINE_string("pinwheel_anchor", "none",
-              "--architecture=pinwheel: none, decoder (the decoder reads z minus the prior's mean, a public "
-              "constant, through hidden layers without biases) or both (the encoder too: no biases but the "
-              "log-variance head's, its means offset by the prior's mean, so x = 0 is encoded there) or odd (as "
-              "both, the means' offset a trainable bias started at the prior's mean).")
-DEFINE_float("pinwheel_posterior_std", None,
-             "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means "
-             "only); unset = learned.")
-DEFINE_float("pinwheel_scale", PINWHEEL_SCALE,
-             "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius ~1). "
-             "A fixed constant of the generator, not computed from the data.")
-DEFINE_string("likelihood", "auto", "p(x|z): auto (the dataset's), bernoulli (data in [0,1]), gaussian "
-              "(--obs_std) or laplace (--obs_scale; Mathieu et al.'s Fashion-MNIST likelihood).")
-DEFINE_float("obs_std", 1.0, "Std of the Gaussian likelihood (--likelihood=gaussian).")
-DEFINE_float("obs_scale", 0.1, "Scale b of the Laplace likelihood (--likelihood=laplace; std = sqrt(2) b; "
-             "0.1 in Mathieu et al.).")
-DEFINE_float("prior_sigma", 0.03, "Component std of the mixture prior.")
-DEFINE_float("prior_gamma", 0.8, "Spike weight gamma of the sparse prior.")
-DEFINE_float("prior_sigma0_sq", 0.05, "Spike VARIANCE sigma0^2 of the sparse prior (the term-wise paper's "
-             "text: 0.05). Give it or --prior_sigma0, not both.")
-DEFINE_float("prior_sigma0", None, "Spike STANDARD DEVIATION sigma0 of the sparse prior, instead of "
-             "--prior_sigma0_sq (Mathieu et al.'s code: 0.05, i.e. sigma0^2 = 0.0025).")
-DEFINE_string("optimizer", "adam", "sgd or adam.")
-DEFINE_integer("eval_importance_samples", 100, "K: importance samples for the test log-likelihood.")
-DEFINE_integer("eval_examples", 2000, "Held-out examples used for metrics (0 = all).")
 
 DEFAULT_LATENT = {"digits": 8, "mnist": 50, "fashion_mnist": 50, "pinwheel": 2, "adult": 10, "abalone": 4}
 OPTIMIZERS = ("sgd", "adam")
@@ -75,60 +36,69 @@ OPTIMIZERS = ("sgd", "adam")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PriVAESettings(PrivateSettings):
-    feature_scaling: str
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    batch_clip: float
-    num_partitions: int
-    max_batch_size: int | None
-    clipped_sum: str
-    latent_dim: int | None
-    beta: float
-    alpha: float
-    num_samples: int
-    prior: str
-    regularizer: str
-    prior_samples: int | None
-    num_samples_L: int
-    architecture: str
-    conv_encoder_units: int
-    pinwheel_hidden: str
-    pinwheel_anchor: str
-    pinwheel_posterior_std: float | None
-    pinwheel_scale: float
-    likelihood: str
-    obs_std: float
-    obs_scale: float
-    prior_sigma: float
-    prior_gamma: float
-    prior_sigma0_sq: float
-    prior_sigma0: float | None
-    optimizer: str
-    lr_schedule: str
-    eval_importance_samples: int
-    eval_examples: int
+    feature_scaling: str = schema.feature_scaling()
+    epochs: int = schema.epochs(20)
+    batch_size: int = schema.batch_size(64)
+    learning_rate: float = schema.learning_rate(1e-3)
+    lr_schedule: str = schema.lr_schedule()
+    batch_clip: float = schema.batch_clip()
+    num_partitions: int = schema.num_partitions()
+    max_batch_size: int | None = schema.max_batch_size()
+    clipped_sum: str = schema.clipped_sum()
+    latent_dim: int | None = schema.latent_dim()
+    beta: float = schema.beta()
+    num_samples: int = schema.num_samples(64)
+    prior: str = setting("sparse", "Latent prior: normal, sparse (spike-and-slab), mixture (4 Gaussians at {0,1}^2).")
+    regularizer: str = setting("mmd", "Batch-wise divergence: none, mmd (Cauchy-kernel MMD), kl_pq (KL(p||q)).")
+    alpha: float = setting(10.0, "Weight of the batch-wise divergence.")
+    prior_samples: int | None = setting(
+        None, "Prior draws per partition in the batch-wise divergence (unset: as many as the partition has members). "
+        "A constant, so it costs no privacy; more draws lower the variance of the divergence's estimate.")
+    num_samples_L: int = setting(1, "L: reparameterised samples per example in the reconstruction term.", ge=1)
+    architecture: str = setting("auto", "Encoder/decoder: auto, conv (28x28), mlp, pinwheel.")
+    conv_encoder_units: int = setting(
+        CONV_ENCODER_UNITS, "--architecture=conv: width of the encoder's hidden FC layer (most of its weights; the DP "
+        "noise norm on the encoder grows with the square root of their number).", ge=1)
+    pinwheel_hidden: str = setting(
+        ",".join(map(str, PINWHEEL_HIDDEN)),
+        "--architecture=pinwheel: hidden widths of the encoder (comma-separated; mirrored in the decoder).")
+    pinwheel_anchor: str = setting(
+        "none", "--architecture=pinwheel: none, decoder (the decoder reads z minus the prior's mean, a public "
+        "constant, through hidden layers without biases) or both (the encoder too: no biases but the log-variance "
+        "head's, its means offset by the prior's mean, so x = 0 is encoded there) or odd (as both, the means' offset "
+        "a trainable bias started at the prior's mean).", choices=PINWHEEL_ANCHORS)
+    pinwheel_posterior_std: float | None = setting(
+        None, "--architecture=pinwheel: fix every posterior std at this value (the encoder outputs means only); "
+        "unset = learned.", gt=0)
+    pinwheel_scale: float = setting(
+        PINWHEEL_SCALE, "--dataset=pinwheel: the generator's output scale (10 in Johnson et al.; 1 = arms of radius "
+        "~1). A fixed constant of the generator, not computed from the data.", synthesizer=False)
+    likelihood: str = setting("auto", "p(x|z): auto (the dataset's), bernoulli (data in [0,1]), gaussian (--obs_std) "
+                              "or laplace (--obs_scale; Mathieu et al.'s Fashion-MNIST likelihood).")
+    obs_std: float = setting(1.0, "Std of the Gaussian likelihood (--likelihood=gaussian).")
+    obs_scale: float = setting(0.1, "Scale b of the Laplace likelihood (--likelihood=laplace; std = sqrt(2) b; 0.1 "
+                               "in Mathieu et al.).")
+    prior_sigma: float = setting(0.03, "Component std of the mixture prior.")
+    prior_gamma: float = setting(0.8, "Spike weight gamma of the sparse prior.")
+    prior_sigma0_sq: float = setting(0.05, "Spike VARIANCE sigma0^2 of the sparse prior (the term-wise paper's text: "
+                                     "0.05). Give it or --prior_sigma0, not both.")
+    prior_sigma0: float | None = setting(
+        None, "Spike STANDARD DEVIATION sigma0 of the sparse prior, instead of --prior_sigma0_sq (Mathieu et al.'s "
+        "code: 0.05, i.e. sigma0^2 = 0.0025).", gt=0)
+    optimizer: str = setting("adam", "sgd or adam.", choices=OPTIMIZERS)
+    eval_importance_samples: int = setting(100, "K: importance samples for the test log-likelihood.", ge=1,
+                                           evaluation=True)
+    eval_examples: int = setting(2000, "Held-out examples used for metrics (0 = all).", ge=0, evaluation=True)
 
 
 class PriVAERun(pipeline.TrainingRun):
     def validate(self) -> None:
+        """The cross-field rules (each setting's own bounds are checked when the settings are made)."""
         s = self.s
-        need("eval_importance_samples", s.eval_importance_samples >= 1, ">= 1", s.eval_importance_samples)
-        need("eval_examples", s.eval_examples >= 0, ">= 0", s.eval_examples)
-        need("num_samples_L", s.num_samples_L >= 1, ">= 1", s.num_samples_L)
-        need("learning_rate", s.learning_rate > 0, "> 0", s.learning_rate)
-        need("optimizer", s.optimizer in OPTIMIZERS, "sgd or adam", repr(s.optimizer))
-        need("lr_schedule", s.lr_schedule in pipeline.LR_SCHEDULES, "constant or cosine", repr(s.lr_schedule))
         parse_hidden(s.pinwheel_hidden)  # fail before loading data or planning privacy
-        need("conv_encoder_units", s.conv_encoder_units >= 1, ">= 1", s.conv_encoder_units)
-        need("pinwheel_anchor", s.pinwheel_anchor in PINWHEEL_ANCHORS, "one of " + ", ".join(PINWHEEL_ANCHORS),
-             repr(s.pinwheel_anchor))
-        need("pinwheel_posterior_std", s.pinwheel_posterior_std is None or s.pinwheel_posterior_std > 0, "> 0",
-             s.pinwheel_posterior_std)
         for flag, likelihood in (("obs_std", "gaussian"), ("obs_scale", "laplace")):
             if flag in s.given and s.likelihood != likelihood:
                 raise UsageError(f"--{flag}: only applies to --likelihood={likelihood}, got --likelihood={s.likelihood}")
-        need("prior_sigma0", s.prior_sigma0 is None or s.prior_sigma0 > 0, "> 0", s.prior_sigma0)
         if "prior_sigma0" in s.given and "prior_sigma0_sq" in s.given:
             raise UsageError("--prior_sigma0: give the spike's std or --prior_sigma0_sq (its variance), not both")
         if "prior_sigma0" in s.given and s.prior != "sparse":
@@ -150,10 +120,7 @@ class PriVAERun(pipeline.TrainingRun):
         s = self.s
         self.latent_dim = s.latent_dim or DEFAULT_LATENT.get(data.name, 16)
         vae = build_vae(s, data, self.latent_dim)
-        config = DPConfig(aggregation=s.aggregation, l2_norm_clip=s.l2_norm_clip, batch_clip=s.batch_clip,
-                          noise_multiplier=s.noise_multiplier, num_partitions=s.num_partitions,
-                          max_batch_size=s.max_batch_size, clipping=s.clipping, clipped_sum=s.clipped_sum,
-                          seed=s.seed)
+        config = s.dp_config()
         optimizer = (keras.optimizers.SGD if s.optimizer == "sgd" else keras.optimizers.Adam)(
             pipeline.learning_rate(s, len(data.x_train)))
         return Built(vae, data.x_train, optimizer, config, s.batch_size, s.epochs, s.sampling)
@@ -250,7 +217,6 @@ def sample(settings: PriVAESettings, output_dir: str) -> dict:
     path = os.path.join(output_dir, VAE_DIR)
     if not os.path.isfile(os.path.join(path, VAE_CONFIG)):
         raise UsageError(f"--output_dir: {output_dir} holds no trained VAE (missing vae/vae.json)")
-    need("num_samples", settings.num_samples >= 1, ">= 1", settings.num_samples)
     x = load_vae(path).sample(settings.num_samples, seed=settings.seed).numpy()
     return pipeline.write_samples(output_dir, {"x": x}, x if x.ndim == 4 else None,
                                   grid=lambda images, png, _: image_grid(images[:100], png))
@@ -269,11 +235,17 @@ TUNING = FamilyTuning(
 JOB = Job(
     names=("privae", "vae"), settings_type=PriVAESettings, run=run, sample=sample,
     training_run=PriVAERun, tuning=TUNING,
-    defaults={"num_samples": 64},
     # VAE(num_samples=...) is --num_samples_L; the priors' parameters are --prior_*; the pinwheel's scale.
     flag_names={"num_samples": "num_samples_L", "gamma": "prior_gamma", "sigma0_sq": "prior_sigma0_sq",
                 "sigma": "prior_sigma", "scale": "pinwheel_scale"},
     summary="PriVAE / VAE with term-wise DP-SGD",
 )
 
-FAMILY = register(Family(JOB, load=serving.load_run_vae, serving=serving.serving))
+def _unit_interval(settings, kind: str) -> bool:
+    """A synthesizer's x must lie in [0, 1] under the Bernoulli likelihood (the default for images)."""
+    likelihood = settings.get("likelihood", "auto")
+    return (("bernoulli" if kind == "image" else "gaussian") if likelihood == "auto" else likelihood) == "bernoulli"
+
+
+FAMILY = register(Family(JOB, load=serving.load_run_vae, serving=serving.serving,
+                         synthesis=Synthesis(ndims=(2, 4), unit_interval=_unit_interval)))
