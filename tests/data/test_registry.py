@@ -1,5 +1,6 @@
 """load_dataset dispatch, name and data_dir errors, and the Dataset container."""
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -16,9 +17,16 @@ def test_unknown_name_lists_valid_ones():
     with pytest.raises(UsageError) as err:
         load_dataset("cifar10")
     msg = str(err.value)
-    assert msg.startswith("dataset: unknown dataset 'cifar10'") and "\n" not in msg
+    assert msg.startswith("dataset: must be one of ") and msg.endswith(", got 'cifar10'") and "\n" not in msg
     assert all(name in msg for name in DATASETS) and "tfds:<name>" in msg
     assert not isinstance(err.value, DataError)
+
+
+@pytest.mark.parametrize("name", ["", None, ["mnist"]])
+def test_a_name_that_is_no_dataset_name_gets_the_same_error(name):
+    with pytest.raises(UsageError) as err:
+        load_dataset(name)
+    assert re.fullmatch(r"dataset: must be one of digits, .*, tfds:<name>, got (.*)", str(err.value))[1] == repr(name)
 
 
 # mnist is bundled with the package: without a data_dir it reads that copy (test_bundled.py).

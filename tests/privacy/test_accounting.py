@@ -169,7 +169,7 @@ def test_pld_calibration_and_budget_stop():
 
 def test_unknown_accountant_is_refused():
     from tfpriv.privacy.accounting import get_accountant
-    with pytest.raises(ConfigError, match="accountant"):
+    with pytest.raises(ConfigError, match="^accountant: must be one of rdp, pld, got 'moments'$"):
         get_accountant("moments")
 
 

@@ -10,26 +10,23 @@ import os
 
 from tfpriv.data.dataset import Dataset
 from tfpriv.errors import UsageError
+from tfpriv.registry import Registry
 
 TFDS_PREFIX = "tfds:"
 
 # name -> "module:function"; every function takes (data_dir, *, seed) and returns a Dataset;
-# those in _SCALED also take `scaling` ("public" | "train", see tfpriv/data/uci.py).
-_LOADERS: dict[str, str] = {
-    "digits": "tfpriv.data.digits:load_digits",
-    "mnist": "tfpriv.data.idx:load_mnist",
-    "fashion_mnist": "tfpriv.data.idx:load_fashion_mnist",
-    "adult": "tfpriv.data.uci:load_adult",
-    "abalone": "tfpriv.data.uci:load_abalone",
-    "pinwheel": "tfpriv.data.pinwheel:load_pinwheel",
-}
+# those in _SCALED also take `scaling` ("public" | "train", see tfpriv/data/uci.py). A `tfds:<name>`
+# is resolved before the lookup (`load_tfds`), and listed in the lookup's error.
+_LOADERS: Registry[str] = Registry("dataset", error=UsageError, also_valid=(f"{TFDS_PREFIX}<name>",))
+_LOADERS.register("digits", "tfpriv.data.digits:load_digits")
+_LOADERS.register("mnist", "tfpriv.data.idx:load_mnist")
+_LOADERS.register("fashion_mnist", "tfpriv.data.idx:load_fashion_mnist")
+_LOADERS.register("adult", "tfpriv.data.uci:load_adult")
+_LOADERS.register("abalone", "tfpriv.data.uci:load_abalone")
+_LOADERS.register("pinwheel", "tfpriv.data.pinwheel:load_pinwheel")
 
-DATASETS: tuple[str, ...] = tuple(_LOADERS)
+DATASETS: tuple[str, ...] = _LOADERS.names()
 _SCALED = ("adult", "abalone")
-
-
-def _valid_names() -> str:
-    return ", ".join(DATASETS) + f", {TFDS_PREFIX}<name>"
 
 
 def load_dataset(
@@ -52,16 +49,11 @@ def load_dataset(
     adult and abalone, whose preprocessing has these two modes; the other datasets have no
     data-dependent preprocessing and ignore it.
     """
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"dataset: must be one of {_valid_names()}, got {name!r}")
-    if name.startswith(TFDS_PREFIX):
+    if isinstance(name, str) and name.startswith(TFDS_PREFIX):
         from tfpriv.data.tfds_source import load_tfds
 
         return load_tfds(name[len(TFDS_PREFIX):], data_dir, download=download)
-    target = _LOADERS.get(name)
-    if target is None:
-        raise UsageError(f"dataset: unknown dataset {name!r}; valid: {_valid_names()}")
-    module_name, func_name = target.split(":")
+    module_name, func_name = _LOADERS.get(name).split(":")  # UsageError naming `dataset` for an unknown name
     loader = getattr(importlib.import_module(module_name), func_name)
     if feature_scaling is not None and name in _SCALED:
         return loader(data_dir, seed=seed, scaling=feature_scaling)

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.errors import ConfigError
+from tfpriv.registry import Registry
 
 # TF Privacy's default RDP orders (compute_dp_sgd_privacy_lib).
 DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512])
@@ -292,7 +293,9 @@ class PldAccounting(Accountant):
 
 
 RDP = RdpAccounting()
-ACCOUNTANTS: dict[str, Accountant] = {"rdp": RDP, "pld": PldAccounting()}
+ACCOUNTANTS: Registry[Accountant] = Registry("accountant", error=ConfigError)
+ACCOUNTANTS.register("rdp", RDP)
+ACCOUNTANTS.register("pld", PldAccounting())
 
 
 def get_accountant(name: str) -> Accountant:
@@ -303,9 +306,7 @@ def get_accountant(name: str) -> Accountant:
         >>> get_accountant("pld").name
         'pld'
     """
-    if name not in ACCOUNTANTS:
-        raise ConfigError(f"accountant: must be one of {', '.join(ACCOUNTANTS)}, got {name!r}")
-    return ACCOUNTANTS[name]
+    return ACCOUNTANTS.get(name)
 
 
 class _Record(tf.train.experimental.PythonState):

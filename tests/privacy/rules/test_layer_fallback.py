@@ -1,4 +1,5 @@
-"""The per-layer fallback covers layers without a rule; a mis-declared rule fails loudly."""
+"""The per-layer fallback covers layers without a rule; a registered rule goes first; a mis-declared rule fails
+loudly."""
 import numpy as np
 import pytest
 
@@ -54,4 +55,17 @@ def test_a_misdeclared_rule_is_refused():
         with pytest.raises(ConfigError, match="claims_any_dense.*declares the variables"):
             DPGradientEngine(DPConfig(aggregation="micro", expected_batch_size=4.0), model, SPEC)
     finally:
-        rules.REGISTRY.pop(0)
+        rules.REGISTRY.remove(_ClaimsAnyDense.name)
+
+
+def test_a_registered_rule_is_tried_before_the_built_ins_and_a_taken_name_is_refused():
+    rule = _ClaimsAnyDense()
+    assert rules.register(rule) is rule
+    try:
+        assert rules.REGISTRY.names()[:2] == ("claims_any_dense", "dense")
+        assert rules.rule_for(keras.layers.Dense(2)) is rule
+        with pytest.raises(ValueError, match="^name: layer rule 'dense' is already registered to another value"):
+            rules.register(DenseRule())
+    finally:
+        rules.REGISTRY.remove(rule.name)
+    assert isinstance(rules.rule_for(keras.layers.Dense(2)), DenseRule)

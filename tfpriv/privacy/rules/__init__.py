@@ -25,23 +25,36 @@ from tfpriv.privacy.rules.layer_fallback import PerLayerFallback
 from tfpriv.privacy.rules.layer_normalization import LayerNormalizationRule
 from tfpriv.privacy.rules.recurrent import GRURule, LSTMRule, RecurrentRule
 from tfpriv.privacy.rules.separable_conv2d import SeparableConv2DRule
+from tfpriv.registry import Registry
 
-REGISTRY: list[LayerRule] = [DenseRule(), Conv2DRule(), Conv2DTransposeRule(), EmbeddingRule(), Conv1DRule(),
-                             LayerNormalizationRule(), GroupNormalizationRule(), EinsumDenseRule(),
-                             DepthwiseConv2DRule(), SeparableConv2DRule(), LSTMRule(), GRURule()]
+
+def _built_ins() -> Registry[LayerRule]:
+    """The built-in rules by name, in the order `rule_for` tries them."""
+    registry: Registry[LayerRule] = Registry("layer rule", parameter="rule")
+    for rule in (DenseRule(), Conv2DRule(), Conv2DTransposeRule(), EmbeddingRule(), Conv1DRule(),
+                 LayerNormalizationRule(), GroupNormalizationRule(), EinsumDenseRule(), DepthwiseConv2DRule(),
+                 SeparableConv2DRule(), LSTMRule(), GRURule()):
+        registry.register(rule.name, rule)
+    return registry
+
+
+REGISTRY = _built_ins()
 FALLBACK = PerLayerFallback()
 
 
 def rule_for(layer: Layer) -> LayerRule:
     """The first registered rule that supports `layer`, or the per-layer fallback."""
-    for rule in REGISTRY:
+    for rule in REGISTRY.values():
         if rule.supports(layer):
             return rule
     return FALLBACK
 
 
-def register(rule: LayerRule) -> None:
-    """Adds a rule ahead of the built-in ones (for user layers).
+def register(rule: LayerRule) -> LayerRule:
+    """Adds a rule ahead of the built-in ones (for user layers), under its `name`, and returns it.
+
+    A name already taken by another rule is a ValueError (`tfpriv.registry.Registry.register`):
+    a user's rule is named apart from the built-in ones (`REGISTRY.names()`).
 
     Example:
         A user layer that computes like Dense reuses Dense's ghost-norm rule:
@@ -57,7 +70,7 @@ def register(rule: LayerRule) -> None:
 
             register(ScaledDenseRule())
     """
-    REGISTRY.insert(0, rule)
+    return REGISTRY.register(rule.name, rule, first=True)
 
 
 __all__ = ["Conv1DRule", "Conv2DRule", "Conv2DTransposeRule", "DenseRule", "DepthwiseConv2DRule", "EinsumDenseRule",
