@@ -15,7 +15,8 @@ import sys
 import warnings
 from types import ModuleType
 
-MODULES = ("tfpriv", "tfpriv.privacy", "tfpriv.training.runner", "tfpriv.synthesizer")
+MODULES = ("tfpriv", "tfpriv.privacy", "tfpriv.training.runner", "tfpriv.synthesizer", "tfpriv.jobs.schema",
+           "tfpriv.jobs.job")
 
 
 def public_names(module: ModuleType) -> list[str]:

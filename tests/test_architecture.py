@@ -147,3 +147,23 @@ def test_no_modules_import_each_other_in_a_circle(imports):
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def absl_flags_importers() -> set[str]:
+    """The modules of tfpriv/ that import absl's flags (`from absl import flags`, `import absl.flags`,
+    `from absl.flags import ...`), anywhere in their code."""
+    out = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "absl" and any(a.name == "flags" for a in node.names):
+                out.add(name)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("absl.flags"):
+                out.add(name)
+            elif isinstance(node, ast.Import) and any(a.name.startswith("absl.flags") for a in node.names):
+                out.add(name)
+    return out
+
+
+def test_only_the_command_line_defines_flags():
+    assert absl_flags_importers() and all(name.startswith("tfpriv.cli.") for name in absl_flags_importers()), \
+        sorted(absl_flags_importers())

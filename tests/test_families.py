@@ -115,7 +115,8 @@ JOB = Job(names=("toy",), settings_type=ToySettings, run=run, training_run=ToyRu
 @pytest.fixture
 def toy(monkeypatch):
     """The toy family registered for one test (the registry as it was afterwards)."""
-    monkeypatch.setattr(job_registry, "_FAMILIES", families())  # built-ins first, then a copy
+    families()  # the built-ins first
+    monkeypatch.setattr(job_registry, "FAMILIES", job_registry.FAMILIES.copy())  # the registry as it was afterwards
     # the one registry line; `synthesis` makes it a synthesizer of tabular rows
     return register(Family(JOB, load=load_toy, serving=toy_serving, synthesis=Synthesis(ndims=(2,))))
 

@@ -56,3 +56,13 @@ def test_the_caller_chooses_the_error_its_parameter_and_names_resolved_elsewhere
         reg.get(name)
     assert str(err.value) == f"method: must be one of rdp, pld, tfds:<name>, got {name!r}"
     assert err.value.param == "method"
+
+
+def test_a_copy_holds_the_same_values_and_changes_apart():
+    reg = registry(parameter="method", error=ConfigError)
+    copy = reg.copy()
+    copy.remove("rdp")
+    copy.register("x", "X")
+    assert reg.names() == ("rdp", "pld") and copy.names() == ("pld", "x")
+    with pytest.raises(ConfigError, match="^method: must be one of pld, x, got 'rdp'$"):
+        copy.get("rdp")

@@ -112,7 +112,7 @@ def test_a_conditional_gan_in_a_few_steps(tmp_path):
 
 
 @pytest.mark.parametrize("name,kwargs,message", [
-    ("vae", {}, "name: must be one of privae, dpwgan_gp, dpgan, got 'vae'"),
+    ("filter", {}, "name: must be one of privae, vae, dpwgan_gp, dpgan, got 'filter'"),
     ("privae", {"epsilon": 0.0}, "epsilon: must be a positive finite number, got 0.0"),
     ("privae", {"epsilon": float("inf")}, "epsilon: must be a positive finite number, got inf"),
     ("privae", {"epochz": 1}, "epochz: not a setting of the privae synthesizer; its settings are "),
@@ -125,10 +125,11 @@ def test_a_conditional_gan_in_a_few_steps(tmp_path):
     ("privae", {"aggregation": "none"}, "aggregation: a synthesizer trains privately"),
     ("dpgan", {"num_classes": 1}, "num_classes: must be an integer >= 2, got 1"),
     ("privae", {"epochs": 1.5}, "epochs: must be an integer, got 1.5"),
-    ("privae", {"seed": -1}, "seed: must be an integer in the range [0, 4294967295], got -1"),
+    ("privae", {"seed": -1}, "seed: must be in [0, 4294967295], got -1"),
     ("privae", {"learning_rate": "fast"}, "learning_rate: must be a number, got 'fast'"),
     ("privae", {"architecture": 3}, "architecture: must be a string, got 3"),
     ("dpgan", {"capacity": None}, "capacity: must be an integer, got None"),
+    ("privae", {"learning_rate": -1.0}, "learning_rate: must be a positive finite number, got -1.0"),  # the schema's
 ])
 def test_bad_settings_are_one_config_error(name, kwargs, message):
     kwargs = {"epsilon": 1.0, **kwargs}
@@ -138,13 +139,12 @@ def test_bad_settings_are_one_config_error(name, kwargs, message):
 
 
 @pytest.mark.parametrize("name,settings,x,y,message", [
-    ("privae", {}, np.zeros((10, 8, 8)), None, r"^x: must be \[N, features\] or images"),
+    ("privae", {}, np.zeros((10, 8, 8)), None, r"^x: a privae synthesizer takes \[N, features\] or images"),
     ("privae", {}, np.zeros((10, 4)), np.zeros(10, int), "^y: the privae synthesizer is unconditional"),
     ("dpgan", {}, np.zeros((10, 8, 8)), None, r"^x: a dpgan synthesizer takes images \[N, height, width, channels\] "
                                               r"\(any size, e.g. 28x28x1, 8x8x1 or 32x32x3\), got shape \[10, 8, 8\]$"),
     ("dpgan", {}, np.zeros((10, 28, 28, 1)), np.zeros(9, int), "^y: must be 10 integer labels"),
     # the job's own checks, in the synthesizer's terms (no command-line `--`)
-    ("privae", {"learning_rate": -1.0}, np.zeros((10, 4)), None, "^learning_rate: must be > 0, got -1.0$"),
     ("privae", {"batch_size": 64}, np.zeros((10, 4)), None, "^batch_size: must be between 1 and the dataset size 10"),
     ("dpwgan_gp", {"clipping": "fast"}, np.zeros((10, 28, 28, 1)), None, "^clipping: fast .* use per_example$"),
 ])

@@ -57,6 +57,13 @@ class Registry(Generic[T]):
         self._values = {name: value, **self._values} if first else {**self._values, name: value}
         return value
 
+    def copy(self) -> "Registry[T]":
+        """A registry of the same kind holding the same values (a test changes the copy, not this one)."""
+        out: Registry[T] = Registry(self._kind, parameter=self._parameter, error=self._error,
+                                    also_valid=self._also_valid)
+        out._values = dict(self._values)
+        return out
+
     def remove(self, name: str) -> T:
         """Unregisters `name` and returns its value (e.g. a test's rule, afterwards)."""
         return self._values.pop(name)

@@ -55,5 +55,8 @@ def assert_one_line_error(proc, flag: str, out_dir=None) -> str:
 def replace_job(monkeypatch, model: str, **changes) -> None:
     """For one test, the job registered as `model` with `changes` (e.g. another `run`)."""
     family = families.family(model)
-    monkeypatch.setitem(job_registry._FAMILIES, model,
-                        dataclasses.replace(family, job=dataclasses.replace(family.job, **changes)))
+    registry = job_registry.FAMILIES.copy()
+    for name in family.names:
+        registry.remove(name)
+    monkeypatch.setattr(job_registry, "FAMILIES", registry)
+    job_registry.register(dataclasses.replace(family, job=dataclasses.replace(family.job, **changes)))

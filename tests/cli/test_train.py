@@ -52,7 +52,7 @@ def _copy(run, tmp_path):
     (["--aggregation=mean"], "--aggregation"),
     (["--accountant=gdp"], "--accountant"),
     (["--epochs=notanumber"], "--epochs: invalid value 'notanumber'"),
-    (["--seed=-1"], "--seed: invalid value '-1'"),
+    (["--seed=-1"], "--seed: must be in [0, 4294967295], got -1"),
     (["--prior=laplace"], "--prior"),
     (["--prior_gamma=2"], "--prior_gamma"),  # the prior's `gamma` is --prior_gamma
     (["--num_samples_L=0"], "--num_samples_L"),

@@ -22,7 +22,7 @@ def settings(**values):
     ({"budget": -1.0}, "--budget: must be >= 0, got -1"),
     ({"sweep_budgets": ["0", "-2"]}, "--sweep_budgets: must be >= 0, got -2"),
     ({"divergence": "tv"}, "--divergence: must be one of kl, chi2, got 'tv'"),
-    ({"filter_type": "conv"}, "--filter_type: must be linear or mlp, got 'conv'"),
+    ({"filter_type": "conv"}, "--filter_type: must be one of linear, mlp, got 'conv'"),
     ({"repeats": 0}, "--repeats: must be >= 1, got 0"),
     ({"filter_ema": 1.0}, "--filter_ema: must be in [0, 1), got 1.0"),
     ({"num_users": 2, "filter_users": ["a:b"]}, "--filter_users: need 2 entries"),

@@ -113,7 +113,7 @@ def test_a_term_that_mixes_examples_is_refused(tmp_path):
 
 @pytest.mark.parametrize("values,message", [
     ({"aggregation": "termwise"}, "--aggregation: termwise needs a batch-wise term"),
-    ({"aggregation": "mean"}, "--aggregation: must be one of none, micro, batch for the filter's stage-1 VAE, got 'mean'"),
+    ({"aggregation": "mean"}, "--aggregation: must be one of none, micro, batch, termwise, got 'mean'"),
     ({"epsilon": 1.0}, "--epsilon: only applies to private training, got --aggregation=none"),
     ({"aggregation": "none", "noise_multiplier": 1.0}, "--noise_multiplier: only applies to private training"),
     ({"aggregation": "micro", "vae_epochs": 0}, "--vae_epochs: must be >= 1, got 0"),

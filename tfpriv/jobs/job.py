@@ -19,7 +19,10 @@ from typing import Any, Callable, Mapping
 
 from tfpriv.errors import UsageError
 from tfpriv.jobs import schema
+from tfpriv.registry import Registry
 from tfpriv.run_folder import CHECKPOINTS_DIR
+
+__all__ = ["FAMILIES", "Family", "Job", "Synthesis", "register", "registered"]
 
 # Library parameters whose flag has another name in every job (a job's `flag_names` come first).
 COMMON_FLAG_NAMES = {"target_epsilon": "epsilon", "expected_batch_size": "batch_size", "sampling_rate": "batch_size",
@@ -28,6 +31,11 @@ COMMON_FLAG_NAMES = {"target_epsilon": "epsilon", "expected_batch_size": "batch_
 
 @dataclasses.dataclass(frozen=True)
 class Job:
+    """A family's command-line job: its `--model` names, settings class, `run` (and `sample`), its
+    `TrainingRun` class and `--tune` defaults.
+
+    Example: `Job(names=("toy",), settings_type=ToySettings, run=run, training_run=ToyRun)` (the whole
+    toy family is in docs/ARCHITECTURE.md, "A model family")."""
     names: tuple[str, ...]  # --model values; the first is the family's name
     settings_type: type
     run: Callable[[Any, str], dict]
@@ -73,7 +81,9 @@ def _unbounded(settings: Mapping[str, Any], kind: str) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Synthesis:
     """What makes a family a synthesizer (`tfpriv.synthesizer(name, epsilon)` trains its job on arrays):
-    the shapes of x it takes, whether it takes integer labels y, and when x must lie in [0, 1]."""
+    the shapes of x it takes, whether it takes integer labels y, and when x must lie in [0, 1].
+
+    Example: a GAN's, `Synthesis(ndims=(4,), labels="conditional", unit_interval=lambda s, kind: True)`."""
     ndims: tuple[int, ...] = (2, 4)  # x.ndim: 2 = [N, features], 4 = images [N, height, width, channels]
     labels: str | None = None  # the bool setting that says labels were given (then `num_classes` is taken)
     # Whether x must lie in [0, 1], from the synthesizer's settings and x's kind ("image" or "tabular").
@@ -85,7 +95,9 @@ class Family:
     """A model family as train.py, `tfpriv.load`, the SavedModel export and `tfpriv.synthesizer` see it:
     its job (`--model` names, flags, settings, `TrainingRun`, `--tune` space), how to load the trained
     model a run folder holds, and that model's serving signatures (`tfpriv.jobs.serving.Serving`).
-    A family package registers it with one line, `register(Family(JOB, load, serving))`."""
+    A family package registers it with one line, `register(Family(JOB, load, serving))`.
+
+    Example: `FAMILY = register(Family(JOB, load=load_toy, serving=toy_serving, synthesis=Synthesis(ndims=(2,))))`."""
     job: Job
     load: Callable[[str], Any]  # run folder -> the trained model (`tfpriv.load`)
     serving: Callable[[Any], Any]  # trained model -> its `Serving` (the SavedModel's signatures)
@@ -97,21 +109,27 @@ class Family:
 
 
 # --model name -> family: the one registry (results.json's `model` is one of these names).
-_FAMILIES: dict[str, Family] = {}
+FAMILIES: Registry[Family] = Registry("family", parameter="model", error=UsageError)
 
 
 def register(family: Family) -> Family:
     """Makes `family` a model of train.py (`--model`), `tfpriv.load` and the export, under each of
-    its names; returns it. A name another family's job already has is refused."""
+    its names; returns it. A name another family's job already has is refused; the same job's module
+    registering again (a re-import) replaces its family.
+
+    Example: `register(Family(JOB, load, serving))`; then `python train.py --model=toy` runs it."""
     for name in family.names:
-        other = _FAMILIES.get(name)
-        if other is not None and other.job.module != family.job.module:
-            raise ValueError(f"family: --model={name} is already the family of {other.job.module}")
+        if name in FAMILIES and FAMILIES.get(name).job.module != family.job.module:
+            raise ValueError(f"family: --model={name} is already the family of {FAMILIES.get(name).job.module}")
     for name in family.names:
-        _FAMILIES[name] = family
+        if name in FAMILIES:
+            FAMILIES.remove(name)
+        FAMILIES.register(name, family)
     return family
 
 
 def registered() -> dict[str, Family]:
-    """The registered families by `--model` name, in the order they were registered."""
-    return dict(_FAMILIES)
+    """The registered families by `--model` name, in the order they were registered.
+
+    Example: `list(registered())[:2] == ["privae", "vae"]` once the built-ins are loaded."""
+    return dict(zip(FAMILIES.names(), FAMILIES.values()))

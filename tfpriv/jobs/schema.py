@@ -37,6 +37,8 @@ from tfpriv.errors import UsageError
 from tfpriv.data.sampling import SAMPLINGS
 from tfpriv.privacy.config import AGGREGATIONS, CLIPPED_SUM_METHODS, CLIPPING_METHODS, DPConfig
 
+__all__ = ["Derived", "PrivateSettings", "Settings", "make", "setting", "synthesizer_fields"]
+
 SPEC = "tfpriv.setting"  # the key of a field's `Spec` in its dataclass metadata
 KINDS = (bool, int, float, str, list)  # the types a setting may have (optionally `| None`)
 LR_SCHEDULES = ("constant", "cosine")
@@ -45,7 +47,10 @@ LR_SCHEDULES = ("constant", "cosine")
 @dataclasses.dataclass(frozen=True)
 class Derived:
     """A default computed from the other settings (e.g. DP-WGAN-GP's learning rate from its batch
-    size); `text` says how, for `--help`."""
+    size); `text` says how, for `--help`.
+
+    Example: `learning_rate: float = schema.learning_rate(Derived(lambda v: v["batch_size"] * 3.125e-6,
+    "batch_size x 3.125e-6"))`."""
     compute: Callable[[Mapping[str, Any]], Any]
     text: str
 
@@ -75,7 +80,10 @@ def setting(default: Any = None, help: str = "", *, per_model: Mapping[str, Any]
             lt: float | None = None, note: str = "", evaluation: bool = False, synthesizer: bool | None = None,
             shared: bool = False) -> Any:
     """A settings field: its default (or a `Derived` one, or one per --model value), help, bounds and
-    marks. Evaluation-only settings are not a synthesizer's unless `synthesizer=True`."""
+    marks. Evaluation-only settings are not a synthesizer's unless `synthesizer=True`.
+
+    Example: `critic_steps: int = setting(None, "Critic steps per generator step.", ge=1,
+    per_model={"dpwgan_gp": 1, "dpgan": 5})` (the flag `--critic_steps`, checked >= 1)."""
     spec = Spec(help=help, default=default, per_model=dict(per_model or {}), choices=tuple(choices), ge=ge, gt=gt,
                 le=le, lt=lt, note=note, evaluation=evaluation,
                 synthesizer=(not evaluation) if synthesizer is None else synthesizer, shared=shared)
@@ -119,25 +127,34 @@ def need(name: str, ok: bool, rule: str, value) -> None:
 
 def choice_text(choices: tuple) -> str:
     names = [str(c) for c in choices]
-    return " or ".join(names) if len(names) == 2 else "one of " + ", ".join(names)
+    return "one of " + ", ".join(names)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
 
 
 def bound_text(f: Field) -> str:
     """The rule of `f`'s bounds as an error says it, e.g. `a finite number >= 0 (0: off)`, `>= 1`, `in [0, 1)`."""
     s = f.spec
     if s.ge is not None and (s.lt is not None or s.le is not None):
-        rule = f"in [{s.ge:g}, {s.lt if s.lt is not None else s.le:g}{')' if s.lt is not None else ']'}"
+        rule = f"in [{_number(s.ge)}, {_number(s.lt if s.lt is not None else s.le)}{')' if s.lt is not None else ']'}"
     elif s.gt is not None and (s.lt is not None or s.le is not None):
-        rule = f"in ({s.gt:g}, {s.lt if s.lt is not None else s.le:g}{')' if s.lt is not None else ']'}"
+        rule = f"in ({_number(s.gt)}, {_number(s.lt if s.lt is not None else s.le)}{')' if s.lt is not None else ']'}"
     elif f.kind is float and s.gt == 0:
         rule = "a positive finite number"
     else:
-        parts = [f"{op} {v:g}" for op, v in ((">=", s.ge), (">", s.gt), ("<=", s.le), ("<", s.lt)) if v is not None]
+        parts = [f"{op} {_number(v)}" for op, v in ((">=", s.ge), (">", s.gt), ("<=", s.le), ("<", s.lt)) if v is not None]
         rule = ("a finite number " if f.kind is float else "") + " and ".join(parts)
     return f"{rule} ({s.note})" if s.note else rule
 
 
+def bounded(f: Field) -> bool:
+    return any(v is not None for v in (f.spec.ge, f.spec.gt, f.spec.le, f.spec.lt))
+
+
 def within(f: Field, value) -> bool:
+    """`value` is within `f`'s bounds (a float with bounds must also be finite)."""
     s = f.spec
     if f.kind is float and not math.isfinite(value):
         return False
@@ -148,10 +165,11 @@ def within(f: Field, value) -> bool:
 def coerce(f: Field, value):
     """`value` as setting `f` holds it (an int stays an int, a number becomes a float, a comma-separated
     string a list), or a UsageError naming the setting."""
+    wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}[f.kind]
     if value is None:
         if f.optional:
             return None
-        raise UsageError(f"--{f.name}: must be given (a {f.kind.__name__}), got None")
+        raise UsageError(f"--{f.name}: must be {wanted}, got None")
     kind = f.kind
     if kind is bool and isinstance(value, (bool, np.bool_)):
         return bool(value)
@@ -165,8 +183,6 @@ def coerce(f: Field, value):
         return list(value)
     if kind is list and isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
-    wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-              list: "a list"}[kind]
     raise UsageError(f"--{f.name}: must be {wanted}, got {value!r}")
 
 
@@ -179,14 +195,17 @@ def check(settings) -> None:
             continue
         if f.spec.choices:
             need(f.name, value in f.spec.choices, choice_text(f.spec.choices), repr(value))
-        if f.kind in (int, float) and not within(f, value):
+        if f.kind in (int, float) and bounded(f) and not within(f, value):
             need(f.name, False, bound_text(f), value)
 
 
 def make(cls: type, model: str, **values):
     """Settings of class `cls` for `--model=model`: each of `values` (checked against its type),
     else the model's default, else the default derived from the others; all checked (`check`).
-    `given` records the names of `values`."""
+    `given` records the names of `values`.
+
+    Example: `make(PriVAESettings, "privae", epochs=3).epochs == 3`; a family calls it as
+    `JOB.settings(epochs=3)`."""
     fields = schema(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -209,7 +228,10 @@ def make(cls: type, model: str, **values):
 
 
 def synthesizer_fields(cls: type) -> tuple[str, ...]:
-    """The settings a synthesizer of this family takes (by name)."""
+    """The settings a synthesizer of this family takes (by name): not the data source, the noise or
+    the evaluation's.
+
+    Example: `"epochs" in synthesizer_fields(PriVAESettings)` and `"dataset" not in` it."""
     return tuple(name for name, f in schema(cls).items() if f.spec.synthesizer)
 
 
@@ -272,7 +294,9 @@ num_samples = _shared(None, "--mode=sample: samples to draw.", ge=1, synthesizer
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """What every job reads. `model`: the --model value; `given`: the settings the user set
-    (flag or explicit value)."""
+    (flag or explicit value).
+
+    Example: a family without privacy would subclass it; every built-in one subclasses `PrivateSettings`."""
     model: str
     given: frozenset = dataclasses.field(default=frozenset(), compare=False, repr=False)
     dataset: str = dataset()
@@ -287,7 +311,15 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PrivateSettings(Settings):
-    """The privacy settings every family reads (every family can train privately)."""
+    """The privacy settings every family reads (every family can train privately).
+
+    Example:
+        >>> @dataclasses.dataclass(frozen=True, kw_only=True)
+        ... class Mine(PrivateSettings):
+        ...     epochs: int = epochs(5)
+        >>> make(Mine, "mine", aggregation="micro", noise_multiplier=1.0).dp_config().aggregation
+        'micro'
+    """
     aggregation: str = aggregation()
     sampling: str = sampling()
     l2_norm_clip: float = l2_norm_clip()
