@@ -49,7 +49,7 @@ class PrivateTraining(DPTraining):
             kwargs["jit_compile"] = without_xla(kwargs["jit_compile"])
         super().compile(optimizer=optimizer, metrics=metrics, **self._privacy, **kwargs)
         # `evaluate` may come before any `fit` (which builds the other trackers); `build` keeps this one.
-        self._trackers["loss"] = self.keras_module.metrics.Mean(name="loss")
+        self.dp_state.trackers["loss"] = self.keras_module.metrics.Mean(name="loss")
 
     def call(self, x, training=False):
         return self.model(x, training=training)
@@ -146,7 +146,7 @@ class PrivateTraining(DPTraining):
 
     def test_step(self, data):
         y, y_pred = self._kept(data)
-        self._trackers["loss"].update_state(_per_example(self.per_example_loss(y, y_pred)))
+        self.dp_state.trackers["loss"].update_state(_per_example(self.per_example_loss(y, y_pred)))
         compiled = self.compiled_metrics_container()
         if compiled is not None:
             compiled.update_state(y, y_pred)
@@ -166,8 +166,7 @@ class PrivateTraining(DPTraining):
 
     def privacy_statement(self) -> dict:
         """What training has spent so far (`tfpriv.privacy.statement`): `save` and `export` put it in the file."""
-        ledger = getattr(self, "ledger", None)
-        return privacy_statement(ledger.raw_segments() if ledger is not None else [], self._privacy["dp"],
+        return privacy_statement(self.ledger.raw_segments() if self.ledger is not None else [], self._privacy["dp"],
                                  self._privacy["delta"], has_batch_terms=self.term_spec().has_batch_terms)
 
     def save(self, filepath, *args, **kwargs):
