@@ -61,13 +61,14 @@ class DPTraining:
 
     keras_module = keras  # the Keras of the model class: its metrics and progress bar
     budget_name = "max_epsilon"  # the parameter the budget came from (`make_private`: "target_epsilon")
+    state_type: type[DPState] = DPState  # what `dp_state` is (make_private's model adds its loss's facts)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Randomness inside the loss (reparameterisation, prior samples, GAN latents) draws from
         # `rng`; compile re-seeds it from the DP config's seed. A plain object, so neither Keras
         # tracks it (`tfpriv.training.state`): the runner checkpoints its variables by name.
-        self.dp_state = DPState(rng=stream_generator(None, "loss"))
+        self.dp_state = self.state_type(rng=stream_generator(None, "loss"))
 
     # The DP state, read-only: `compile` sets it, `dp_state.swapped` stands a field in for a while.
     dp_config = _state_field("dp_config")
