@@ -26,15 +26,11 @@ from tfpriv.privacy.terms import BatchLayout  # noqa: E402
 # -- PriVAE ---------------------------------------------------------------------------------------
 def _neg_elbo(vae, x: np.ndarray, draws: int, seed: int) -> np.ndarray:
     """Per-example negative ELBO (rec + kld) averaged over `draws` fixed reparameterisation draws."""
-    saved = vae.rng
-    object.__setattr__(vae, "rng", tf.random.Generator.from_seed(seed, alg="philox"))
-    try:
+    with vae.dp_state.swapped(rng=tf.random.Generator.from_seed(seed, alg="philox")):
         total = np.zeros(len(x))
         for _ in range(draws):
             terms = vae.loss_terms(tf.constant(x), BatchLayout.single(len(x)), training=False)
             total += terms.sample_total().numpy()
-    finally:
-        object.__setattr__(vae, "rng", saved)
     return total / draws
 
 

@@ -154,35 +154,34 @@ class CoupledRandomness:
         if mode not in self.MODES:
             raise ValueError(f"coupling: must be one of {', '.join(self.MODES)}, got {mode!r}")
         self.model, self.seed, self.mode, self.max_batch = model, int(seed), mode, int(max_batch)
-        self._saved: dict = {}
+        self.slots: SlotCoupledGenerator | None = None  # the prior's generator while installed ("example")
 
     @contextlib.contextmanager
     def installed(self):
-        """Swaps the model's loss generator (and prior) for coupled ones; restores them on exit."""
-        model = self.model
-        self._saved = {"rng": getattr(model, "rng", None)}
-        if self.mode == "example":
-            self.rows = RowCoupledGenerator(self.seed, self.max_batch)
-            object.__setattr__(model, "rng", self.rows)
-            if getattr(model, "prior", None) is not None:
-                self._saved["prior"] = model.prior
-                self.slots = SlotCoupledGenerator(self.seed, max_partitions=self.max_batch, max_slots=self.max_batch)
-                object.__setattr__(model, "prior", CoupledPrior(model.prior, self.slots))
-        elif self.mode == "stream":
-            self.stream = tf.random.Generator.from_seed(self.seed, alg="philox")
-            self._state = self.stream.state.numpy().copy()
-            object.__setattr__(model, "rng", self.stream)
-        try:
+        """Swaps the model's loss generator (`dp_state.rng`) and prior for coupled ones; restores them
+        on exit. The prior is a model attribute, not DP state: a plain object, swapped on the model."""
+        model, prior = self.model, getattr(self.model, "prior", None)
+        self.slots = None
+        with contextlib.ExitStack() as restore:
+            if self.mode == "example":
+                self.rows = RowCoupledGenerator(self.seed, self.max_batch)
+                restore.enter_context(model.dp_state.swapped(rng=self.rows))
+                if prior is not None:
+                    self.slots = SlotCoupledGenerator(self.seed, max_partitions=self.max_batch,
+                                                      max_slots=self.max_batch)
+                    model.prior = CoupledPrior(prior, self.slots)
+                    restore.callback(setattr, model, "prior", prior)
+            elif self.mode == "stream":
+                self.stream = tf.random.Generator.from_seed(self.seed, alg="philox")
+                self._state = self.stream.state.numpy().copy()
+                restore.enter_context(model.dp_state.swapped(rng=self.stream))
             yield self
-        finally:
-            for name, value in self._saved.items():
-                object.__setattr__(model, name, value)
 
     def begin(self, layout: BatchLayout) -> None:
         """Call before each evaluation of the loss on a batch with this partition layout."""
         if self.mode == "example":
             self.rows.begin()
-            if "prior" in self._saved:
+            if self.slots is not None:
                 self.slots.begin_layout(int(layout.num_partitions))
         elif self.mode == "stream":
             self.stream.state.assign(self._state)

@@ -55,10 +55,8 @@ def known_seed_audit(model, config: DPConfig, data, seed: int = 0, additions=Non
     """
     start_time = time.time()
     data = tf.nest.map_structure(tf.convert_to_tensor, data)
-    saved = model.rng
     loss = stream_generator(seed, "loss")
-    object.__setattr__(model, "rng", loss)
-    try:
+    with model.dp_state.swapped(rng=loss):
         auditor = SensitivityAuditor(model, config, model.private_inputs(data), coupling="none", seed=seed)
         engine = auditor.engine
         engine.loss_rng = loss
@@ -78,8 +76,6 @@ def known_seed_audit(model, config: DPConfig, data, seed: int = 0, additions=Non
         changes = []
         for detail, row in (additions if additions is not None else known_seed_additions(data)):
             changes.append((float(auditor.whitened(step(_append(data, row)), base)), detail))
-    finally:
-        object.__setattr__(model, "rng", saved)
     finite = [c for c in changes if not math.isnan(c[0])]
     worst = max(finite) if len(finite) == len(changes) else next(c for c in changes if math.isnan(c[0]))
     return {

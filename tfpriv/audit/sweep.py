@@ -270,7 +270,7 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     else:
         raise ValueError(f"case.model: unknown model {case.model!r}")
     # Reproducible loss randomness (a GAN's fakes, the VAE's draws while the clips are set).
-    object.__setattr__(model, "rng", stream_generator(seed, "loss"))
+    model.dp_state.rng = stream_generator(seed, "loss")
     config = DPConfig(aggregation=case.aggregation, l2_norm_clip=1.0, batch_clip=1.0,
                       num_partitions=case.num_partitions if case.aggregation == "termwise" else 1,
                       clipping=case.clipping or ("per_example" if case.model == "dpwgan_gp" else "fast"),

@@ -102,7 +102,7 @@ class PrivateWGAN(DPModel):
             raise ConfigError(f"generator_batch_size: the mode-seeking term pairs fakes, so it needs >= 2, "
                               f"got {self._generator_batch()}")
         if self.seed is not None and dp.seed is None:
-            object.__setattr__(self, "rng", stream_generator(self.seed, "loss"))
+            self.dp_state.rng = stream_generator(self.seed, "loss")
 
     @property
     def d_optimizer(self) -> keras.optimizers.Optimizer:

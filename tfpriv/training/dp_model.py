@@ -38,6 +38,7 @@ from tfpriv.privacy.rng import in_step, stream_generator
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.callbacks import BudgetExhausted, PrivacyCallback
 from tfpriv.training.progress import Heartbeat
+from tfpriv.training.state import DPState
 
 NON_PRIVATE = DPConfig(aggregation="none", num_partitions=1)
 
@@ -48,19 +49,37 @@ def default_delta(num_examples: int) -> float:
     return min(delta, 1e-5)
 
 
+def _state_field(name: str) -> property:
+    """`model.<name>`, read-only, is `model.dp_state.<name>`: fields are written through the state, so
+    no assignment leaves a copy on the model for Keras to track."""
+    return property(lambda self: getattr(self.dp_state, name), doc=f"`dp_state.{name}` (read-only).")
+
+
 class DPTraining:
     """What every private model does, whichever Keras its model class comes from: mixed into
     `DPModel` (Keras 2) and, for a Keras 3 model, `tfpriv.training.keras3`'s classes."""
 
     keras_module = keras  # the Keras of the model class: its metrics and progress bar
     budget_name = "max_epsilon"  # the parameter the budget came from (`make_private`: "target_epsilon")
+    state_type: type[DPState] = DPState  # what `dp_state` is (make_private's model adds its loss's facts)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Randomness inside the loss (reparameterisation, prior samples, GAN latents) draws from
-        # `rng`; compile re-seeds it from the DP config's seed. Not tracked by Keras
-        # (object.__setattr__): the runner checkpoints it with the ledger.
-        object.__setattr__(self, "rng", stream_generator(None, "loss"))
+        # `rng`; compile re-seeds it from the DP config's seed. A plain object, so neither Keras
+        # tracks it (`tfpriv.training.state`): the runner checkpoints its variables by name.
+        self.dp_state = self.state_type(rng=stream_generator(None, "loss"))
+
+    # The DP state, read-only: `compile` sets it, `dp_state.swapped` stands a field in for a while.
+    dp_config = _state_field("dp_config")
+    num_examples = _state_field("num_examples")
+    delta = _state_field("delta")
+    max_epsilon = _state_field("max_epsilon")
+    accountant = _state_field("accountant")
+    engine = _state_field("engine")
+    rng = _state_field("rng")
+    ledger = _state_field("ledger")
+    step_count = _state_field("step_count")
 
     # -- what a family defines -------------------------------------------------------------------
     def term_spec(self) -> TermSpec:
@@ -122,24 +141,19 @@ class DPTraining:
             delta = default_delta(num_examples) if delta is None else delta
             if not 0 < delta < 1.0 / num_examples:
                 raise ConfigError(f"delta: must be in (0, 1/N) = (0, {1.0 / num_examples:.3g}), got {delta}")
-        # Not tracked by Keras (object.__setattr__): the engine's RNG, the ledger and the step
-        # counter are saved through `tf.train.Checkpoint` by the runner, not in model weights.
-        object.__setattr__(self, "dp_config", dp)
-        object.__setattr__(self, "num_examples", num_examples)
-        object.__setattr__(self, "delta", delta)
-        object.__setattr__(self, "max_epsilon", max_epsilon)
-        object.__setattr__(self, "accountant", resolved)
-        object.__setattr__(self, "engine", None)
+        # The ledger and the step counter are saved through `tf.train.Checkpoint` by the runner, not
+        # in model weights; a ledger already there (a resumed run, `load_private`) is continued.
+        state = self.dp_state
+        state.dp_config, state.num_examples, state.delta, state.max_epsilon = dp, num_examples, delta, max_epsilon
+        state.accountant, state.engine, state.trackers = resolved, None, {}
         with self.distribute_strategy.scope():
-            object.__setattr__(self, "rng", stream_generator(dp.seed, "loss"))
-            if getattr(self, "ledger", None) is None:
-                object.__setattr__(self, "ledger", PrivacyLedger())
-            if getattr(self, "step_count", None) is None:
-                # Train steps taken (private or not), one per global step: the sampler's position.
-                object.__setattr__(self, "step_count", tf.Variable(
-                    0, dtype=tf.int64, trainable=False, name="step_count",
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA))
-        object.__setattr__(self, "_trackers", {})
+            state.rng = stream_generator(dp.seed, "loss")
+            if state.ledger is None:
+                state.ledger = PrivacyLedger()
+            if state.step_count is None:
+                # One per global step, however many replicas run it.
+                state.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count",
+                                               aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         if dp.private:  # a step outside fit (train_on_batch, a loop calling train_step) is a fixed batch
             self.ledger.begin(self.sampling_rate, self.effective_noise_multiplier, FIXED)
 
@@ -164,9 +178,9 @@ class DPTraining:
         built and the path verified on a public batch of that shape (`public_batch`), so no
         record decides whether the model trains.
         """
-        if getattr(self, "engine", None) is not None:
+        if self.engine is not None:
             return self.engine
-        if not hasattr(self, "dp_config"):
+        if self.dp_config is None:
             raise RuntimeError("call compile() before fit()")
         batch = public_batch(sample_batch)
         strategy = self.distribute_strategy
@@ -183,7 +197,7 @@ class DPTraining:
                                       variables=self.private_variables(), loss_rng=self.rng)
             if hasattr(self.optimizer, "build"):
                 self.optimizer.build(engine.variables)  # slots now, so the train step traces once
-        object.__setattr__(self, "engine", engine)
+        self.dp_state.engine = engine
         streams.append((engine.generator, engine.generator.state.read_value()))
         if self.dp_config.private and (self.dp_config.verify or self.dp_config.clipping == "auto"):
             if distributed:  # in replica context: mirrored variables have no handle outside it
@@ -193,10 +207,11 @@ class DPTraining:
         for generator, state in streams:
             generator.state.assign(state)
         metrics = self.keras_module.metrics
+        trackers = self.dp_state.trackers
         for name in self.metric_names():
-            self._trackers.setdefault(name, metrics.Mean(name=name))
+            trackers.setdefault(name, metrics.Mean(name=name))
         if self.dp_config.private:  # the engine's count of NaN/inf examples dropped, summed per epoch
-            self._trackers["dropped"] = metrics.Sum(name="dropped")
+            trackers["dropped"] = metrics.Sum(name="dropped")
         return engine
 
     def build_extra(self, sample_batch) -> None:
@@ -217,7 +232,7 @@ class DPTraining:
         most once: a Gaussian at half the noise multiplier per step, no amplification). `epsilon`
         is added to every epoch's logs (progress bar and History) and `max_epsilon` stops training.
         """
-        private = self.dp_config.private if hasattr(self, "dp_config") else False
+        private = self.dp_config is not None and self.dp_config.private
         tag = None
         if private:
             x, y, kwargs = self._private_fit_arguments(x, y, kwargs)
@@ -239,7 +254,7 @@ class DPTraining:
                         raise ConfigError(f"{name}: has {len(part)} examples, the model was compiled for "
                                           f"num_examples={self.num_examples}")
             seed = new_sampling_seed() if seed is None else seed
-            start = int(self.step_count.numpy()) if getattr(self, "step_count", None) is not None else 0
+            start = int(self.step_count.numpy()) if self.step_count is not None else 0
             batches, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
                                                  seed, start)
             tag = sampled_by(batches)
@@ -248,9 +263,9 @@ class DPTraining:
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
             kwargs.setdefault("shuffle", False)
         first = None
-        if getattr(self, "engine", None) is None or (private and tag is None and sampled_by(x) is None):
+        if self.engine is None or (private and tag is None and sampled_by(x) is None):
             x, first = _peek(x, y)
-        if getattr(self, "engine", None) is None:
+        if self.engine is None:
             self.prepare(first)
         if private:
             self._begin_segment(tag or sampled_by(x), sampling, first)
@@ -298,8 +313,8 @@ class DPTraining:
             train = tf.nest.map_structure(lambda a: a[:at], structure)
             kwargs["validation_data"] = tf.nest.map_structure(lambda a: a[at:], structure)
             x, y = (train, None) if y is None else train
-        if kwargs.get("validation_data") is not None and not getattr(self, "_said_validation", False):
-            object.__setattr__(self, "_said_validation", True)
+        if kwargs.get("validation_data") is not None and not self.dp_state.said_validation:
+            self.dp_state.said_validation = True
             print("tfpriv: validation metrics (val_*) are computed without privacy on the validation data: epsilon "
                   "does not cover them (docs/privacy.md)", file=sys.stderr)
         return x, y, kwargs
@@ -347,8 +362,8 @@ class DPTraining:
         """Keras `train_on_batch`: one private step on the batch given, accounted as a fixed batch
         (a Gaussian at half the noise multiplier, no amplification by sampling: docs/privacy.md,
         "Sampling schemes"); refused once `max_epsilon` is spent."""
-        if getattr(self, "dp_config", None) is not None and self.dp_config.private:
-            if getattr(self, "engine", None) is None:
+        if self.dp_config is not None and self.dp_config.private:
+            if self.engine is None:
                 self.prepare(_peek(x, y)[1])
             if self.max_epsilon is not None and self.ledger.steps_within(self.max_epsilon, self.delta,
                                                                           self.accountant) < 1:
@@ -362,7 +377,7 @@ class DPTraining:
 
     @property
     def metrics(self):
-        return list(getattr(self, "_trackers", {}).values())
+        return list(self.dp_state.trackers.values())
 
     # -- the step -----------------------------------------------------------------------------------
     def loss_fn(self, x, layout: BatchLayout) -> LossTerms:
@@ -380,13 +395,13 @@ class DPTraining:
             self.step_count.assign_add(1)
             logs.update(converted(self.after_private_step)())
         logs = self.step_logs(logs)
-        for name, tracker in self._trackers.items():
+        for name, tracker in self.dp_state.trackers.items():
             value = logs.get(name)
             if isinstance(value, tuple):
                 tracker.update_state(value[0], sample_weight=value[1])
             elif value is not None:
                 tracker.update_state(value)
-        return {name: t.result() for name, t in self._trackers.items()}
+        return {name: t.result() for name, t in self.dp_state.trackers.items()}
 
 
 class DPModel(DPTraining, keras.Model):

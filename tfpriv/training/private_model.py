@@ -167,7 +167,7 @@ def _private(model: keras.Model, loss: LossLike, config: DPConfig, num_examples:
         for q, noise, steps in history:  # each saved segment, in order; compile begins the next one
             ledger.begin(q, noise)
             ledger.steps.assign(steps)
-        object.__setattr__(dp_model, "ledger", ledger)  # not tracked by Keras, as compile's own ledger
+        dp_model.dp_state.ledger = ledger
     return dp_model
 
 

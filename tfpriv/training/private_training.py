@@ -6,6 +6,7 @@ ids dropped: `tfpriv.training.screening`), mixed into Keras 2's
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from typing import Callable, Union
 
@@ -20,22 +21,32 @@ from tfpriv.privacy.statement import privacy_statement, write_statement
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 from tfpriv.training.dp_model import DPTraining
 from tfpriv.training.screening import EmbeddingScreen, all_valid, class_labels, index_targets
+from tfpriv.training.state import DPState
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 LossLike = Union[PerExampleLoss, str, keras.losses.Loss]
+
+
+@dataclasses.dataclass(eq=False)
+class PrivateTrainingState(DPState):
+    """`DPState` and what `PrivateTraining` learns about its model and loss on first use."""
+
+    output_shape: tf.TensorShape | None = None  # y_pred's static shape, once the loss was traced
+    embedding_screen: EmbeddingScreen | None = None  # the model's Embeddings, found on the first forward pass
+    index_targets: dict[tuple, bool] = dataclasses.field(default_factory=dict)  # by (dtype, y, y_pred shapes)
 
 
 class PrivateTraining(DPTraining):
     """A Keras model trained with DP-SGD on a per-example loss; batches are (x, y). Mixed into
     `PrivateModel` (Keras 2) and `tfpriv.training.keras3.PrivateModel` (Keras 3)."""
 
+    state_type = PrivateTrainingState
 
     def __init__(self, model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", f"private_{model.name}"), **kwargs)
         self.model = model
         self.per_example_loss, self.sparse_loss = per_example_loss(loss, self.keras_module)
-        object.__setattr__(self, "_output_shape", None)  # y_pred's static shape, once the loss was traced
         self._privacy = dict(dp=config, num_examples=num_examples, delta=delta, max_epsilon=max_epsilon)
 
     def compile(self, optimizer="adam", metrics=None, **kwargs):
@@ -49,7 +60,7 @@ class PrivateTraining(DPTraining):
             kwargs["jit_compile"] = without_xla(kwargs["jit_compile"])
         super().compile(optimizer=optimizer, metrics=metrics, **self._privacy, **kwargs)
         # `evaluate` may come before any `fit` (which builds the other trackers); `build` keeps this one.
-        self._trackers["loss"] = self.keras_module.metrics.Mean(name="loss")
+        self.dp_state.trackers["loss"] = self.keras_module.metrics.Mean(name="loss")
 
     def call(self, x, training=False):
         return self.model(x, training=training)
@@ -64,7 +75,7 @@ class PrivateTraining(DPTraining):
         where an Embedding reads them (`loss_terms`)."""
         x, y = _unpack(data)
         drop = tf.zeros(tf.shape(tf.nest.flatten(x)[0])[:1])
-        _, labels_valid = self._class_labels(y, self._output_shape)
+        _, labels_valid = self._class_labels(y, self.dp_state.output_shape)
         if labels_valid is not None:
             drop = tf.where(labels_valid, drop, float("nan"))
         return x, y, drop
@@ -77,8 +88,8 @@ class PrivateTraining(DPTraining):
         x, y = data[0], data[1]
         y_pred, ids_valid = self._screened_forward(x, training)
         # The prediction's static shape says which labels are class indices (`private_inputs`).
-        object.__setattr__(self, "_output_shape", y_pred.shape if isinstance(y_pred, tf.Tensor) else None)
-        y, _ = self._class_labels(y, self._output_shape)  # a dropped example's label made harmless
+        self.dp_state.output_shape = y_pred.shape if isinstance(y_pred, tf.Tensor) else None
+        y, _ = self._class_labels(y, self.dp_state.output_shape)  # a dropped example's label made harmless
         loss = _per_example(converted(self.per_example_loss)(y, y_pred))  # the user's loss as AutoGraph runs it
         if ids_valid is not None:
             loss = loss * tf.where(ids_valid, tf.ones([], loss.dtype), tf.constant(float("nan"), loss.dtype))
@@ -86,10 +97,9 @@ class PrivateTraining(DPTraining):
 
     def _screened_forward(self, x, training: bool):
         """(the model's prediction with every Embedding's ids screened, valid [B] bool or None)."""
-        screen = self.__dict__.get("_embedding_screen")
+        screen = self.dp_state.embedding_screen
         if screen is None:
-            screen = EmbeddingScreen(self.model)
-            object.__setattr__(self, "_embedding_screen", screen)
+            screen = self.dp_state.embedding_screen = EmbeddingScreen(self.model)
         if not screen.layers:
             return self.model(x, training=training), None
         with screen.screening(tf.shape(tf.nest.flatten(x)[0])[0]) as found:
@@ -102,7 +112,7 @@ class PrivateTraining(DPTraining):
         indices = self.sparse_loss
         if not indices and y_pred_shape is not None and isinstance(y, (tf.Tensor, np.ndarray)) and not (
                 tf.as_dtype(y.dtype).is_integer) and y_pred_shape.rank and y_pred_shape[-1]:
-            probed = self.__dict__.setdefault("_index_targets", {})
+            probed = self.dp_state.index_targets
             key = (tf.as_dtype(y.dtype).name, tuple(y.shape[1:]), tuple(y_pred_shape[1:]))
             if key not in probed:
                 probed[key] = index_targets(self.per_example_loss, y, y_pred_shape)
@@ -146,7 +156,7 @@ class PrivateTraining(DPTraining):
 
     def test_step(self, data):
         y, y_pred = self._kept(data)
-        self._trackers["loss"].update_state(_per_example(self.per_example_loss(y, y_pred)))
+        self.dp_state.trackers["loss"].update_state(_per_example(self.per_example_loss(y, y_pred)))
         compiled = self.compiled_metrics_container()
         if compiled is not None:
             compiled.update_state(y, y_pred)
@@ -166,8 +176,7 @@ class PrivateTraining(DPTraining):
 
     def privacy_statement(self) -> dict:
         """What training has spent so far (`tfpriv.privacy.statement`): `save` and `export` put it in the file."""
-        ledger = getattr(self, "ledger", None)
-        return privacy_statement(ledger.raw_segments() if ledger is not None else [], self._privacy["dp"],
+        return privacy_statement(self.ledger.raw_segments() if self.ledger is not None else [], self._privacy["dp"],
                                  self._privacy["delta"], has_batch_terms=self.term_spec().has_batch_terms)
 
     def save(self, filepath, *args, **kwargs):

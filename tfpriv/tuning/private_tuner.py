@@ -132,7 +132,7 @@ class PrivateTuner:
         if extra:
             raise ConfigError(f"space: build_model declares {', '.join(extra)}, which the space does not; declare "
                               "every hyperparameter in space (the job's epsilon is planned from it)")
-        if not (isinstance(model, DPTraining) and hasattr(model, "dp_config")):
+        if not (isinstance(model, DPTraining) and model.dp_config is not None):
             raise ConfigError(f"build_model: must return a compiled make_private model, got {type(model).__name__}")
         return model
 
