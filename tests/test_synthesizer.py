@@ -13,7 +13,7 @@ from tests.conftest import saved_flags
 from tfpriv.data import load_dataset
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.cli.flags import FLAGS
-from tfpriv.privae import job as privae_job  # noqa: F401  (defines the flags the `privae` fixture sets)
+from tfpriv.cli import main as cli_main  # noqa: F401  (defines the flags the `privae` fixture sets)
 
 EPSILON = 2.0
 
