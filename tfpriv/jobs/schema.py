@@ -288,7 +288,8 @@ clipped_sum = _shared("bookkeeping", "bookkeeping (from the first pass) or rewei
                       choices=CLIPPED_SUM_METHODS)
 latent_dim = _shared(None, "Latent dimension of the VAE (default per dataset).", ge=1)
 beta = _shared(1.0, "Weight of the per-example KL term of the VAE.", ge=0)
-num_samples = _shared(None, "--mode=sample: samples to draw.", ge=1, synthesizer=False)
+num_samples = _shared(None, "--mode=sample: samples to draw (a GAN: also the samples of its final scores).", ge=1,
+                      synthesizer=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
