@@ -16,7 +16,7 @@ import warnings
 from types import ModuleType
 
 MODULES = ("tfpriv", "tfpriv.privacy", "tfpriv.training.runner", "tfpriv.synthesizer", "tfpriv.jobs.schema",
-           "tfpriv.jobs.job")
+           "tfpriv.jobs.job", "tfpriv.jobs.pipeline", "tfpriv.jobs.serving")
 
 
 def public_names(module: ModuleType) -> list[str]:

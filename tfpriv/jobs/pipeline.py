@@ -69,9 +69,15 @@ def progress(s, message: str) -> None:
         print(message, flush=True)
 
 
+__all__ = ["Built", "TrainingRun"]  # what a family's job fills in
+
+
 @dataclasses.dataclass
 class Built:
-    """What a family hands to the shared fit: the model, its data and how it is privatized."""
+    """What a family hands to the shared fit: the model, its data and how it is privatized.
+
+    Example: `Built(model, x_train, keras.optimizers.SGD(0.1), settings.dp_config(), settings.batch_size,
+    settings.epochs, settings.sampling)` (a `TrainingRun.build`'s result)."""
     model: Any  # a tfpriv DPModel
     arrays: Any  # training data: an array or a tuple of arrays, one row per example
     optimizer: Any  # an optimizer, or a tuple (GAN: critic, generator)
@@ -193,6 +199,9 @@ class TrainingRun:
     checkpoints, logs) -> `evaluate()` -> `export()` (saved_model/, with the privacy statement) -> results.json
     (`common_results` + `record()` + `privacy_statement`).
     After `build`, `self.data`, `self.built`, `self.plan` and `self.fit` hold what each step made.
+
+    Example: the toy family's `ToyRun` fills in `load`, `build` and `save_model` (docs/ARCHITECTURE.md,
+    "A model family"); `ToyRun(JOB.settings(epochs=2), "runs/toy").run()` trains, exports and records.
     """
 
     train_subdir = ""  # fit_private's folder relative to the run folder (the filter: `STAGE1_DIR`)

@@ -35,14 +35,22 @@ LABELS = tf.TensorSpec([None], tf.int32, name="labels")
 Y_PRIVATE = tf.TensorSpec([None], tf.int32, name="y_private")
 
 
+__all__ = ["N", "SEED", "Serving", "function", "seed_pair"]  # what a family's serving needs
+
+
 class Serving(NamedTuple):
-    """A trained model's signatures (name -> `tf.function` with an input signature) and the variables they read."""
+    """A trained model's signatures (name -> `tf.function` with an input signature) and the variables they read.
+
+    Example: `Serving({"sample": function(lambda n, seed: {"x": model.sample(n, seed)}, N, SEED)},
+    [model.centre])` (the toy family's, docs/ARCHITECTURE.md)."""
     functions: dict
     variables: list
 
 
 def seed_pair(seed, stream: int) -> tf.Tensor:
-    """The stateless seed [seed, stream] (int64) of one draw."""
+    """The stateless seed [seed, stream] (int64) of one draw.
+
+    Example: `tf.random.stateless_normal([n, d], seed=seed_pair(seed, 0))`."""
     return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
 
 
@@ -53,7 +61,9 @@ def spec(shape, name: str) -> tf.TensorSpec:
 
 def function(fn, *specs: tf.TensorSpec):
     """A serving function with a fixed input signature. No AutoGraph: the functions have no
-    tensor-dependent Python control flow, and tracing the models' own code as written is exact."""
+    tensor-dependent Python control flow, and tracing the models' own code as written is exact.
+
+    Example: `function(lambda n, seed: {"x": model.sample(n, seed)}, N, SEED)` (inputs `n`: int32, `seed`: int64)."""
     return tf.function(fn, input_signature=list(specs), autograph=False)
 
 
