@@ -113,7 +113,7 @@ def settings_from_flags(job: Job, flag_values: flags.FlagValues = FLAGS, model: 
     default. Raises UsageError for a tfpriv flag the user set that this job does not read."""
     model = model or job.name
     names = job.fields()
-    for name in FLAGS:
+    for name in FLAGS:  # tfpriv's flags only (`flag_values` may be absl's, which also holds absl's own)
         if name not in names and name not in CONTROL_FLAGS and user_set(flag_values, name):
             own = job.flag_names.get(name)  # e.g. the filter's --vae_epochs for --epochs
             hint = f"; use --{own}" if own else ""

@@ -74,7 +74,7 @@ class Job:
 
 
 def _unbounded(settings: Mapping[str, Any], kind: str) -> bool:
-    """Any finite value: the default of `Synthesis.unit_interval`."""
+    """x need not lie in [0, 1]: the default of `Synthesis.unit_interval`."""
     return False
 
 

@@ -125,11 +125,6 @@ def need(name: str, ok: bool, rule: str, value) -> None:
         raise UsageError(f"--{name}: must be {rule}, got {value}")
 
 
-def choice_text(choices: tuple) -> str:
-    names = [str(c) for c in choices]
-    return "one of " + ", ".join(names)
-
-
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
 
@@ -137,10 +132,10 @@ def _number(value: float) -> str:
 def bound_text(f: Field) -> str:
     """The rule of `f`'s bounds as an error says it, e.g. `a finite number >= 0 (0: off)`, `>= 1`, `in [0, 1)`."""
     s = f.spec
-    if s.ge is not None and (s.lt is not None or s.le is not None):
-        rule = f"in [{_number(s.ge)}, {_number(s.lt if s.lt is not None else s.le)}{')' if s.lt is not None else ']'}"
-    elif s.gt is not None and (s.lt is not None or s.le is not None):
-        rule = f"in ({_number(s.gt)}, {_number(s.lt if s.lt is not None else s.le)}{')' if s.lt is not None else ']'}"
+    low = ("[", s.ge) if s.ge is not None else ("(", s.gt) if s.gt is not None else None
+    high = ("]", s.le) if s.le is not None else (")", s.lt) if s.lt is not None else None
+    if low and high:
+        rule = f"in {low[0]}{_number(low[1])}, {_number(high[1])}{high[0]}"
     elif f.kind is float and s.gt == 0:
         rule = "a positive finite number"
     else:
@@ -194,7 +189,7 @@ def check(settings) -> None:
         if value is None:
             continue
         if f.spec.choices:
-            need(f.name, value in f.spec.choices, choice_text(f.spec.choices), repr(value))
+            need(f.name, value in f.spec.choices, "one of " + ", ".join(map(str, f.spec.choices)), repr(value))
         if f.kind in (int, float) and bounded(f) and not within(f, value):
             need(f.name, False, bound_text(f), value)
 
