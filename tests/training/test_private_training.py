@@ -91,3 +91,29 @@ def test_jit_compile_is_refused_at_compile_in_one_line(keras):
         dp_model.compile("sgd", jit_compile=True)
     dp_model.compile("sgd", jit_compile="auto" if keras is not keras2 else False)  # no XLA: accepted
     assert not dp_model.jit_compile
+
+
+@pytest.mark.parametrize("keras", KERASES)
+def test_the_private_step_is_traced_once_with_compiled_metrics(keras, monkeypatch):
+    """Metrics given to `compile` are built before the first step (on the public batch): built inside
+    the first trace, their variables made tf.function trace the whole private step twice."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    dp_model = tfpriv.make_private(keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(2)]),
+                                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                   tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0),
+                                   num_examples=32, batch_size=8, delta=1e-3)
+    dp_model.compile(keras.optimizers.SGD(0.1), metrics=["accuracy"])
+    traces = []
+    step = type(dp_model).train_step
+
+    def counted(self, data):
+        traces.append(1)
+        return step(self, data)
+
+    monkeypatch.setattr(type(dp_model), "train_step", counted)
+    history = dp_model.fit(x, y, epochs=2, verbose=0, seed=0)
+    assert len(traces) == 1
+    # Built on a public batch, reset before training: the first epoch's accuracy is of its own steps only.
+    assert 0.0 <= history.history["accuracy"][0] <= 1.0 and len(history.history["accuracy"]) == 2

@@ -128,6 +128,12 @@ class PrivateTraining(DPTraining):
         line = logits_warning(kind, y_pred) if kind and isinstance(y_pred, tf.Tensor) else None
         if line:
             print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
+        compiled = self.compiled_metrics_container()
+        if compiled is not None:
+            # Built here, on the public batch: metric variables created inside the first traced step
+            # make tf.function trace the whole private step a second time.
+            compiled.update_state(*self._kept(sample_batch))
+            compiled.reset_state()
 
     def step_logs(self, logs: dict) -> dict:
         return logs
