@@ -105,8 +105,18 @@ class BatchLayout:
 
     @classmethod
     def single(cls, batch_size: tf.Tensor) -> "BatchLayout":
-        """The whole batch as one partition (micro/batch modes, evaluation)."""
-        return cls(tf.zeros([batch_size], tf.int32), 1)
+        """The whole batch as one partition (micro/batch modes, evaluation): what `BatchLayout(zeros, 1)`
+        computes, written out directly (a few graph ops instead of a sort, a bincount and two scatters)."""
+        layout = cls.__new__(cls)
+        n = tf.cast(batch_size, tf.int32)
+        layout.partition_ids = tf.zeros([n], tf.int32)
+        layout.num_partitions = tf.constant(1, tf.int32)
+        layout.batch_size = n
+        layout.counts = tf.reshape(n, [1])
+        layout.max_size = n
+        layout.index = tf.range(n)[None, :]
+        layout.mask = tf.ones([1, n], tf.float32)
+        return layout
 
     def gather(self, rows: tf.Tensor) -> tf.Tensor:
         """[B, ...] -> [P, M, ...], padded rows zeroed (use `mask` to ignore them).
@@ -114,6 +124,10 @@ class BatchLayout:
         Padded slots repeat row 0; they are selected away (not multiplied by 0), so a NaN/inf
         in row 0 stays in row 0's partition.
         """
+        rows = tf.convert_to_tensor(rows)
         grouped = tf.gather(rows, self.index)
-        mask = tf.reshape(self.mask, tf.concat([tf.shape(self.mask), tf.ones([tf.rank(rows) - 1], tf.int32)], 0))
+        if rows.shape.rank is not None:  # the usual case: a static shape, no shape ops in the graph
+            mask = tf.reshape(self.mask, [self.num_partitions, -1] + [1] * (rows.shape.rank - 1))
+        else:
+            mask = tf.reshape(self.mask, tf.concat([tf.shape(self.mask), tf.ones([tf.rank(rows) - 1], tf.int32)], 0))
         return tf.where(mask > 0, grouped, tf.zeros_like(grouped))

@@ -153,7 +153,7 @@ class PrivateTraining(DPTraining):
     def train_step(self, data):
         logs = super().train_step(data)
         compiled = self.compiled_metrics_container()
-        if compiled is None:
+        if compiled is None or not compiled.metrics:  # built by `build_extra`: empty means none were given
             return logs
         # A forward pass of its own: the engine's may have run inside a loop (vectorized_map,
         # map_fn), whose tensors this graph cannot read.

@@ -145,7 +145,10 @@ def per_example_sums(rows: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
 
 def mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
-    keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
+    if x.shape.rank is not None:  # the usual case: a static shape for keep, no shape ops in the graph
+        keep = tf.reshape(keep, [-1] + [1] * (x.shape.rank - 1))
+    else:
+        keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
     return tf.where(keep, x, tf.zeros_like(x))
 
 
