@@ -1,11 +1,15 @@
 """pfor_rules.py: per-example convolution filter gradients under vectorized_map equal a per-example loop,
-without TensorFlow's while_loop fallback, one example's NaN/inf stays its own, and the registry is restored."""
+without TensorFlow's while_loop fallback, one example's NaN/inf stays its own, and the registry is restored;
+`map_examples` tries pfor once per owner and per-example shapes, then maps one example after another."""
+import gc
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.ops.parallel_for import pfor as _pfor
 
-from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
+from tfpriv.privacy import pfor_rules
+from tfpriv.privacy.pfor_rules import map_examples, paths_taken, vectorized_conv_filter_gradients
 
 WHILE_LOOP = "Conv2DBackpropFilter uses a while_loop"
 
@@ -65,3 +69,41 @@ def test_a_non_finite_example_does_not_reach_the_others_and_the_registry_is_rest
     assert not np.all(np.isfinite(got[1]))
     for i in (0, 2):
         np.testing.assert_allclose(got[i], _filter_grad(tf.constant(xs[i]), kernel, kwargs).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _Owner:
+    """Stands for an engine or a layer: whose per-example function is mapped."""
+
+
+def test_a_failed_vectorization_is_tried_once_per_owner_and_shapes():
+    """The first trace of `fn` (pfor's try) fails; later calls succeed. With an owner, the second call
+    does not try pfor again (map_fn only); without one, or with other per-example shapes, it does (and
+    now vectorizes). The values are fn's either way."""
+    traces = []
+
+    def fn(x):
+        traces.append(tuple(x.shape))
+        if len(traces) == 1:
+            raise TypeError("pfor cannot convert this")  # as the LSTM's backward pass fails in pfor
+        return x * 2.0
+
+    owner, x = _Owner(), tf.reshape(tf.range(6, dtype=tf.float32), [3, 2])
+    with paths_taken() as taken:
+        np.testing.assert_array_equal(map_examples(fn, x, owner=owner).numpy(), 2 * x.numpy())
+    # the try, the signature's trace, then fn on each of the 3 examples (map_fn runs eagerly here)
+    assert taken == {"the model": "map"} and len(traces) == 2 + 3
+    with paths_taken() as taken:
+        np.testing.assert_array_equal(map_examples(fn, x, owner=owner).numpy(), 2 * x.numpy())
+    assert taken == {"the model": "map"} and len(traces) == 5 + 3  # map_fn only: no try, no signature
+    with paths_taken() as taken:
+        wider = tf.ones([3, 5])
+        np.testing.assert_array_equal(map_examples(fn, wider, owner=owner).numpy(), 2 * wider.numpy())
+    assert taken == {"the model": "vectorized"}  # other per-example shapes: tried again
+    with paths_taken() as taken:
+        map_examples(fn, x)
+    assert taken == {"the model": "vectorized"}  # no owner: nothing remembered
+    assert len(pfor_rules._NOT_VECTORIZED) >= 1
+    before = len(pfor_rules._NOT_VECTORIZED)
+    del owner
+    gc.collect()
+    assert len(pfor_rules._NOT_VECTORIZED) == before - 1  # held weakly: gone with its owner

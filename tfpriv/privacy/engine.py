@@ -415,7 +415,7 @@ class DPGradientEngine:
     def _per_example_pass(self, loss_fn, inputs, layout, batch_size):
         singleton = self.config.partitions_for_batch_terms == SINGLETON_PARTITIONS
         return per_example_pass(loss_fn, inputs, self.variables, self.spec, layout, batch_size,
-                                self.batch_terms, singleton)
+                                self.batch_terms, singleton, owner=self)
 
     def _coefficients(self, p, batch_size, layout: BatchLayout, ok: tf.Tensor):
         """Clip factors min(1, C/||g||) per example (and per partition), and the number dropped.

@@ -59,10 +59,12 @@ def _scalars(values, names: Sequence[str]) -> dict[str, tf.Tensor]:
 
 
 def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], spec: TermSpec,
-                      batch_size: tf.Tensor, singleton_psi: bool = False, psi_grads: bool = False):
+                      batch_size: tf.Tensor, singleton_psi: bool = False, psi_grads: bool = False,
+                      owner: object = None):
     """Per-example grads of phi_i, and of psi of example i alone (`psi_grads`), plus term values.
 
     singleton_psi: every example is its own partition, so its batch-wise values are logged too.
+    owner: whose per-example function this is (the engine), for `map_examples` to remember a failed pfor.
     Returns (g_phi [B, *w.shape] per variable, g_psi likewise or [], {name: [B]} sample values,
     {name: [B]} batch values if `singleton_psi` else {}, per variable whether psi reaches it
     (in the traced graph; all False unless `psi_grads`)).
@@ -85,7 +87,7 @@ def example_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable],
         return g_phi, g_psi, _scalars(terms.sample, spec.sample), _scalars(terms.batch, batch_names)
 
     def vectorized():
-        return map_examples(one, inputs)
+        return map_examples(one, inputs, owner=owner)
 
     def empty():  # a Poisson batch can be empty (noise only); pfor cannot stack 0 rows
         none = [tf.zeros(tf.concat([[0], tf.shape(v)], 0), v.dtype) for v in variables]
@@ -112,15 +114,17 @@ def partition_gradients(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable
 
 def per_example_pass(loss_fn: LossFn, inputs, variables: Sequence[tf.Variable], spec: TermSpec,
                      layout: BatchLayout, batch_size: tf.Tensor, batch_terms: bool,
-                     singleton_partitions: bool) -> tuple[PerExamplePass, LossTerms]:
+                     singleton_partitions: bool, owner: object = None) -> tuple[PerExamplePass, LossTerms]:
     """The pass the engine clips, and the loss terms it logs.
 
     batch_terms: whether batch-wise terms enter the private gradient (else only logged).
     singleton_partitions: every example is its own partition (psi from the vectorized pass).
+    owner: the engine (`example_gradients`).
     """
     singleton_psi = spec.has_batch_terms and singleton_partitions
     g_phi, g_psi, sample, batch, reaches = example_gradients(loss_fn, inputs, variables, spec, batch_size,
-                                                             singleton_psi, psi_grads=singleton_psi and batch_terms)
+                                                             singleton_psi, psi_grads=singleton_psi and batch_terms,
+                                                             owner=owner)
     j_psi = g_psi if (singleton_psi and batch_terms) else None
     if spec.has_batch_terms and not singleton_partitions:
         j_psi, reaches, batch = partition_gradients(loss_fn, inputs, variables, layout, batch_terms)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from typing import Callable, Iterator
 
 import tensorflow as tf
@@ -28,6 +29,9 @@ from tfpriv.privacy.rules.conv import patches
 
 _OP = "Conv2DBackpropFilter"
 _local = threading.local()  # this thread's `paths_taken` record, if one is open
+# owner -> {per-example input specs: output signature} where pfor failed: later traces go straight to
+# tf.map_fn. A stale entry (an owner's id reused) could only cost speed: map_fn's values are pfor's.
+_NOT_VECTORIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _filter_gradients(pfor_input, original):
@@ -87,7 +91,7 @@ def paths_taken() -> Iterator[dict[str, str]]:
         _local.taken = previous
 
 
-def map_examples(fn: Callable, inputs, what: str = "the model"):
+def map_examples(fn: Callable, inputs, what: str = "the model", owner: object = None):
     """`fn` of each example of `inputs`, stacked: vectorized by pfor where TensorFlow can convert
     `fn`, else one example after another (`tf.map_fn`; same values, slower). `what` (whose
     per-example gradients `fn` computes: a layer's name, or the model) is named in the warning,
@@ -96,24 +100,36 @@ def map_examples(fn: Callable, inputs, what: str = "the model"):
     TF 2.15's pfor cannot convert the backward pass of the `while_loop` of Keras' LSTM and GRU
     (also inside Bidirectional), nor of a SimpleRNN after an Embedding (`TypeError: dtype
     <variant> ...` while tracing). Whether it converts is tried in a separate trace, so a
-    failed conversion leaves no ops in the caller's graph.
+    failed conversion leaves no ops in the caller's graph. A failed try costs as much as a trace
+    (~10 s for a small LSTM model), so it is remembered for `owner` (the engine or layer whose
+    per-example function `fn` is, if given): the next trace of the same per-example shapes
+    (the training step after the engine's check) goes straight to `tf.map_fn`.
     """
     taken = getattr(_local, "taken", None)
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
-    try:
-        with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
-            stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
-                                  autograph=False).get_concrete_function(spec)
-    except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
-        if taken is None:
-            tf.get_logger().warning("DP engine: per-example gradients of %s run one example after another (pfor cannot vectorize them: %s)",
-                                    what, type(err).__name__)
+    example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
+    key = tuple(tf.nest.flatten(example_spec))
+    failed = _NOT_VECTORIZED.get(owner, {}) if owner is not None else {}
+    signature = failed.get(key)
+    reason = "tried before"
+    if signature is None:
+        spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
+        try:
+            with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
+                stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
+                                      autograph=False).get_concrete_function(spec)
+        except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
+            reason = type(err).__name__
+            outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
+            signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
+            if owner is not None:
+                _NOT_VECTORIZED.setdefault(owner, {})[key] = signature
         else:
-            taken[what] = "map"
-        example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
-        outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
-        signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
-        return tf.map_fn(fn, inputs, fn_output_signature=signature)
-    if taken is not None:
-        taken[what] = "vectorized"
-    return stacked(inputs)
+            if taken is not None:
+                taken[what] = "vectorized"
+            return stacked(inputs)
+    if taken is None:
+        tf.get_logger().warning("DP engine: per-example gradients of %s run one example after another (pfor cannot "
+                                "vectorize them: %s)", what, reason)
+    else:
+        taken[what] = "map"
+    return tf.map_fn(fn, inputs, fn_output_signature=signature)

@@ -41,4 +41,4 @@ class PerLayerFallback(PerExampleRule):
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             return grads
 
-        return pfor_rules.map_examples(one, (x, g), what=tap.layer.name)
+        return pfor_rules.map_examples(one, (x, g), what=tap.layer.name, owner=tap.layer)
