@@ -107,10 +107,13 @@ def test_train_on_batch_stops_at_max_epsilon():
     assert vae.ledger.total_steps == 2
 
 
-def test_fit_on_numpy_draws_poisson_batches_and_continues_across_calls():
+def test_fit_on_numpy_draws_poisson_batches_continues_across_calls_and_shows_epsilon(capsys):
+    """Two fits on arrays: 6 Poisson steps each, the second after the first's; the first's progress
+    bar (verbose=2) shows epsilon."""
     vae = _vae()
     vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
-    vae.fit(_x(), epochs=1, verbose=0, seed=1)            # round(1/q) = 6 steps an epoch
+    vae.fit(_x(), epochs=1, verbose=2, seed=1)            # round(1/q) = 6 steps an epoch
+    assert "epsilon: " in capsys.readouterr().out, "the progress bar shows epsilon"
     history = vae.fit(_x(), epochs=1, verbose=0, seed=1)
     assert vae.ledger.total_steps == int(vae.step_count.numpy()) == 12
     assert history.history["epsilon"][-1] == pytest.approx(_expected(12))
@@ -134,13 +137,6 @@ def test_fit_on_a_generator():
         vae.fit(batches(), steps_per_epoch=3, epochs=1, verbose=0)
     history = vae.fit(batches(), steps_per_epoch=3, epochs=1, verbose=0, sampling="fixed")
     assert history.history["epsilon"][-1] == pytest.approx(_fixed(3))
-
-
-def test_the_progress_bar_shows_epsilon(capsys):
-    vae = _vae()
-    vae.compile(keras.optimizers.Adam(1e-3), dp=CONFIG, num_examples=N, delta=1e-3)
-    vae.fit(_x(), epochs=1, verbose=2)
-    assert "epsilon: " in capsys.readouterr().out
 
 
 def test_a_private_compile_needs_the_training_set_size():

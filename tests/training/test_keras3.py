@@ -161,12 +161,13 @@ def test_tf_data_progress_bar_save_load_and_export(tmp_path, capsys):
     dp_model.export(str(tmp_path / "saved_model"), verbose=False)
     served = tf.saved_model.load(str(tmp_path / "saved_model"))  # kept: its variables live as long as it does
     np.testing.assert_allclose(served.serve(tf.constant(x)).numpy(), model.predict(x, verbose=0), rtol=1e-5)
+    statement = dp_model.privacy_statement()
     with open(tmp_path / "saved_model" / "assets" / "privacy_statement.json") as f:
-        assert json.load(f) == dp_model.privacy_statement()
+        assert json.load(f) == statement
     resumed = tfpriv.load_private(str(tmp_path / "m.keras"), LOSS, tfpriv.DPConfig(aggregation="micro",
                                   noise_multiplier=NOISE), N, B)  # a Keras 3 model, its ledger continued
     assert isinstance(resumed, keras.Model) and resumed.ledger.segments() == [(1.0, NOISE / 2, 2)]  # fixed batches
-    assert dp_model.privacy_statement()["sampling"] == "fixed"
+    assert statement["sampling"] == "fixed"
 
 
 class _Bilinear(L.Layer):

@@ -368,26 +368,29 @@ def test_target_epsilon_is_a_budget_that_a_longer_fit_stops_at_in_one_line(capsy
     assert len(lines) == 1 and lines[0].startswith("stopped at target_epsilon=1: epsilon = "), lines
 
 
-def _fit_and_save(tmp_path):
-    """A make_private MLP after one epoch at z = 1.1, saved to m.keras; its data."""
+@pytest.fixture(scope="module")
+def fitted_and_saved(tmp_path_factory):
+    """A make_private MLP after one epoch at z = 1.1, saved to m.keras; its data. Read only: the tests
+    below write into their own tmp_path."""
     x_train, y_train = _data([12])
     dp_model = tfpriv.make_private(_mlp(), LOSS, tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0,
                                                                 noise_multiplier=1.1), N, B, delta=1e-5)
     dp_model.compile(optimizer="sgd")
     dp_model.fit(x_train, y_train, epochs=1, verbose=0, seed=0)
-    path = str(tmp_path / "m.keras")
+    path = str(tmp_path_factory.mktemp("fitted") / "m.keras")
     dp_model.save(path)
     return dp_model, path, x_train, y_train
 
 
-def test_saved_model_carries_its_privacy_statement_and_load_private_continues_the_ledger(tmp_path):
+def test_saved_model_carries_its_privacy_statement_and_load_private_continues_the_ledger(tmp_path,
+                                                                                         fitted_and_saved):
     import json
     import zipfile
 
     from tfpriv.privacy.accounting import get_accountant, training_event
     from tfpriv.privacy.statement import event_from_json, read_statement
 
-    dp_model, path, x_train, y_train = _fit_and_save(tmp_path)
+    dp_model, path, x_train, y_train = fitted_and_saved
     steps, q = round(N / B), B / N
     statement = json.loads(zipfile.ZipFile(path).read("privacy_statement.json"))  # no tfpriv needed
     assert statement == dp_model.privacy_statement()
@@ -414,8 +417,8 @@ def test_saved_model_carries_its_privacy_statement_and_load_private_continues_th
     assert read_statement(str(tmp_path / "m2.h5")) == resumed.privacy_statement()
 
 
-def test_load_private_refuses_a_model_of_unknown_privacy_without_prior_privacy(tmp_path):
-    dp_model, path, _, _ = _fit_and_save(tmp_path)
+def test_load_private_refuses_a_model_of_unknown_privacy_without_prior_privacy(tmp_path, fitted_and_saved):
+    path = fitted_and_saved[1]
     plain = str(tmp_path / "plain.keras")
     keras.models.load_model(path, compile=False).save(plain)  # the weights, without the statement
     config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1)
@@ -430,10 +433,10 @@ def test_load_private_refuses_a_model_of_unknown_privacy_without_prior_privacy(t
         tfpriv.load_private(path, LOSS, config, N, B, prior_privacy="public")
 
 
-def test_export_carries_the_privacy_statement_in_its_assets(tmp_path):
+def test_export_carries_the_privacy_statement_in_its_assets(tmp_path, fitted_and_saved):
     import json
 
-    dp_model, _, _, _ = _fit_and_save(tmp_path)
+    dp_model = fitted_and_saved[0]
     dp_model.export(str(tmp_path / "served"))
     with open(tmp_path / "served" / "assets" / "privacy_statement.json") as f:
         assert json.load(f) == dp_model.privacy_statement()

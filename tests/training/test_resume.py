@@ -1,5 +1,6 @@
 """A seeded run stopped and resumed equals the uninterrupted run, step for step (issue: a resumed
 run replayed its Poisson batches, so the accountant's fresh-sampling assumption failed)."""
+import shutil
 import types
 
 import numpy as np
@@ -43,30 +44,40 @@ def _vae_run(directory, epochs):
     return model, out
 
 
-def _stopped_and_resumed(run, tmp_path):
-    """(straight model, its fit record, resumed model, its fit record): 2 epochs vs 1 + 1 after a restart."""
-    straight, out = run(tmp_path / "straight", epochs=2)
+@pytest.fixture(scope="module")
+def vae_straight(tmp_path_factory):
+    """(model, fit record) of the uninterrupted 2-epoch VAE run: what each stopped-and-resumed VAE run
+    (new and old checkpoint layout) must equal. Read only."""
+    return _vae_run(tmp_path_factory.mktemp("vae_straight"), epochs=2)
+
+
+def _stopped_and_resumed(run, straight, tmp_path):
+    """(resumed model, its fit record): 1 epoch, a restart, then up to 2 epochs, checked against
+    `straight` (the uninterrupted 2-epoch run's model and fit record)."""
+    straight, out = straight
     run(tmp_path / "resumed", epochs=1)
     resumed, out2 = run(tmp_path / "resumed", epochs=2)
     assert out2["resumed"] and out2["train_steps"] == out["train_steps"] == 20
     assert out2["epsilon"] == out["epsilon"]
     _assert_identical(_weights(resumed.variables), _weights(straight.variables))
-    return straight, out, resumed, out2
+    return resumed, out2
 
 
-def test_vae_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
-    _, out, _, out2 = _stopped_and_resumed(_vae_run, tmp_path)
+def test_vae_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path, vae_straight):
+    _, out2 = _stopped_and_resumed(_vae_run, vae_straight, tmp_path)
     # the second epoch's logged losses equal the straight run's second epoch
-    assert out2["history"]["loss"][-1] == out["history"]["loss"][-1]
+    assert out2["history"]["loss"][-1] == vae_straight[1]["history"]["loss"][-1]
 
 
 # -- GAN (DPGAN critic, generator step every 2nd critic step) -------------------------------------
 def _gan_run(directory, epochs):
+    """8x8 images: the critic's and generator's layers of 28x28 ones (but the generator's crop), their
+    epochs 3-4x faster; resuming does not depend on the image size."""
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    images = rng.random((200, 28, 28, 1), dtype=np.float32)
+    images = rng.random((200, 8, 8, 1), dtype=np.float32)
     labels = rng.integers(0, 10, 200).astype(np.int32)
-    model = make_dpgan(capacity=2, latent_size=4, num_classes=10, critic_steps=2, seed=0)
+    model = make_dpgan(capacity=2, latent_size=4, num_classes=10, critic_steps=2, seed=0, image_shape=(8, 8, 1))
     config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.1, expected_batch_size=20.0,
                       clipping="fast", seed=0, verify=False)
     plan = plan_privacy(config, TermSpec(sample=("wasserstein",)), 200, 20, epochs, "poisson", 1e-3)
@@ -75,8 +86,9 @@ def _gan_run(directory, epochs):
 
 
 def test_gan_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
-    straight, _, resumed, _ = _stopped_and_resumed(_gan_run, tmp_path)
-    assert len(straight.generator.variables) > 0  # model.variables covers critic and generator
+    straight = _gan_run(tmp_path / "straight", epochs=2)
+    _stopped_and_resumed(_gan_run, straight, tmp_path)
+    assert len(straight[0].generator.variables) > 0  # model.variables covers critic and generator
 
 
 # -- filter stage 1 (micro DP-SGD VAE, checkpoints in a folder) -----------------------------------
@@ -101,28 +113,42 @@ def test_filter_stage1_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path
 
 
 # -- --epsilon on a resumed run: calibrated for the remaining budget ----------------------------
-def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path):
-    def run(epochs, target):
-        keras.utils.set_random_seed(0)
-        enc, dec = build_architecture("mlp", [12], 3)
-        model = VAE(enc, dec)
-        cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
-        history = read_ledger(str(tmp_path))
-        plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=target,
-                            history=history)
-        x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
-        return plan, fit_private(model, x, plan, keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
+TARGET = 2.0
 
-    first_plan, first = run(1, 2.0)
+
+def _target_run(directory, epochs, with_ledger=True):
+    """(plan, fit record) of a micro VAE run to `epochs` at target_epsilon=TARGET in `directory` (resumed
+    if it holds a run), planned with the folder's ledger as `history` or, as a library user may, without."""
+    keras.utils.set_random_seed(0)
+    enc, dec = build_architecture("mlp", [12], 3)
+    model = VAE(enc, dec)
+    cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
+    history = read_ledger(str(directory)) if with_ledger else ()
+    plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=TARGET, history=history)
+    x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
+    return plan, fit_private(model, x, plan, keras.optimizers.Adam(1e-2), str(directory), verbose=0)
+
+
+@pytest.fixture(scope="module")
+def first_epoch_at_target(tmp_path_factory):
+    """(folder, plan, fit record) of a finished 1-epoch run at target_epsilon=TARGET (a new folder's
+    ledger is empty: planned as without one): each resume below continues a copy of the folder."""
+    folder = tmp_path_factory.mktemp("first_epoch_at_target")
+    return (folder, *_target_run(folder, epochs=1))
+
+
+def test_target_epsilon_on_resume_is_calibrated_for_what_is_left(tmp_path, first_epoch_at_target):
+    folder, first_plan, first = first_epoch_at_target
+    folder = shutil.copytree(folder, tmp_path / "run")
     assert first["epsilon"] == pytest.approx(2.0, rel=1e-3)
     # Resume to 3 epochs at the same target: the old code calibrated 3 epochs from scratch on top
     # of the first one's spending and overshot the target.
-    plan, out = run(3, 2.0)
+    plan, out = _target_run(folder, epochs=3)
     assert plan.steps_taken == 10 and plan.summary()["resumed_from"]["steps"] == 10
     assert out["steps"] == 30
     assert out["epsilon"] <= 2.0 * (1 + 1e-3) and out["epsilon"] == pytest.approx(2.0, rel=1e-3)
     assert plan.config.noise_multiplier > first_plan.config.noise_multiplier  # 20 more steps, less budget each
-    segments = read_ledger(str(tmp_path)).segments()
+    segments = read_ledger(str(folder)).segments()
     assert [s[2] for s in segments] == [10, 20]
     assert out["epsilon"] == pytest.approx(RDP.epsilon(segments, 1e-3))
 
@@ -141,27 +167,18 @@ def test_target_epsilon_already_spent_is_refused(tmp_path):
     assert RDP.epsilon(spent, 1e-3) > 1.0
 
 
-def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path):
+def test_fit_private_recalibrates_a_plan_made_without_the_ledger(tmp_path, first_epoch_at_target):
     """A library user who plans without `history` still stops at the target on resume."""
-    def run(epochs):
-        keras.utils.set_random_seed(0)
-        enc, dec = build_architecture("mlp", [12], 3)
-        model = VAE(enc, dec)
-        cfg = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, num_partitions=1)
-        plan = plan_privacy(cfg, model.term_spec(), N, 12, epochs, delta=1e-3, target_epsilon=3.0)
-        x = (np.random.default_rng(0).random([N, 12]) > 0.5).astype(np.float32)
-        return fit_private(model, x, plan, keras.optimizers.Adam(1e-2), str(tmp_path), verbose=0)
-
-    run(1)
-    out = run(2)
-    assert out["epsilon"] == pytest.approx(3.0, rel=1e-3) and out["plan"].steps_taken == 10
+    folder = shutil.copytree(first_epoch_at_target[0], tmp_path / "run")
+    _, out = _target_run(folder, epochs=2, with_ledger=False)
+    assert out["epsilon"] == pytest.approx(TARGET, rel=1e-3) and out["plan"].steps_taken == 10
 
 
-def test_a_checkpoint_written_before_the_selections_total_still_resumes(tmp_path, monkeypatch):
+def test_a_checkpoint_written_before_the_selections_total_still_resumes(tmp_path, monkeypatch, vae_straight):
     """Run folders written before `RunState.selection_epsilon` existed resume (the same objects without
     it, total 0) and continue step for step, instead of a traceback from the checkpoint's matching."""
     from tfpriv.training import runner
-    straight, out = _vae_run(tmp_path / "straight", epochs=2)
+    straight, out = vae_straight
     new_layout = runner.RunState.__init__
 
     def old_layout(self, sampling_seed):

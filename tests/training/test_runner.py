@@ -163,9 +163,14 @@ def test_max_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
     assert out["epsilon"] <= 3.0
 
 
-def test_target_epsilon_calibrates_the_noise():
-    model = vae()
-    p = plan(model, epochs=4, target_epsilon=2.0)
+@pytest.fixture(scope="module")
+def planned_at_target():
+    """A plan of 4 epochs at target_epsilon=2, its noise calibrated once (a PrivacyPlan is frozen)."""
+    return plan(vae(), epochs=4, target_epsilon=2.0)
+
+
+def test_target_epsilon_calibrates_the_noise(planned_at_target):
+    p = planned_at_target
     eps = RDP.epsilon([(p.sampling_rate, p.effective_noise_multiplier, p.planned_steps)], p.delta)
     assert 1.95 < eps <= 2.0
     assert p.config.noise_multiplier == pytest.approx(p.effective_noise_multiplier * 5 ** 0.5)
@@ -196,13 +201,12 @@ def test_restore_networks_reads_raw_weights_and_step_count_and_refuses_a_wrong_n
         restore_networks(checkpoint)
 
 
-def test_a_plan_for_a_finished_run_records_the_noise_its_ledger_used():
+def test_a_plan_for_a_finished_run_records_the_noise_its_ledger_used(planned_at_target):
     """Re-planning a run whose ledger holds every planned step (a re-run of a finished run) keeps the
     noise of that ledger, not the flag's noise nor a target epsilon's calibration for 0 steps."""
-    model = vae()
-    first = plan(model, epochs=1, target_epsilon=2.0)
+    model, first = vae(), planned_at_target
     used = [(first.sampling_rate, first.effective_noise_multiplier, first.planned_steps)]
-    for again in (plan(model, epochs=1, target_epsilon=2.0, history=used), plan(model, epochs=1, history=used)):
+    for again in (plan(model, epochs=4, target_epsilon=2.0, history=used), plan(model, epochs=4, history=used)):
         assert again.config.noise_multiplier == pytest.approx(first.config.noise_multiplier, rel=1e-12) != 1.5
         assert again.summary()["noise_stddev"] == pytest.approx(first.summary()["noise_stddev"], rel=1e-12)
 
