@@ -118,7 +118,8 @@ def test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity():
 def test_batch_wise_noise_left_off_a_reached_variable_is_flagged(monkeypatch):
     """Leaky control for the reach-restricted noise: an engine that gives the encoder (which the MMD reaches)
     only the sample-wise noise. The audit counts a psi sum released there as part of the sample-wise block.
-    The same case with the honest engine passes: test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity."""
+    The same case with the honest engine (on a batch of 8) passes:
+    test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity."""
     from tfpriv.privacy.engine import DPGradientEngine
     case = Case("vae", "termwise", 2, "sparse", "mmd")
     monkeypatch.setattr(DPGradientEngine, "_fix_psi_reaches",
