@@ -19,6 +19,17 @@ def rel_err(a, b):
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12)
 
 
+_NAIVE: dict = {}
+
+
+def naive(key: tuple, compute):
+    """`compute()` (the naive loop's gradients) once per model, loss, batch and partition layout: the paths
+    share it (each test rebuilds its model from the same seed)."""
+    if key not in _NAIVE:
+        _NAIVE[key] = compute()
+    return _NAIVE[key]
+
+
 def make_engine(model, spec=models.SPEC, **kw):
     base = dict(aggregation="termwise", l2_norm_clip=0.5, batch_clip=0.3, noise_multiplier=0.0,
                 num_partitions=3, expected_batch_size=10, seed=1)
@@ -36,11 +47,12 @@ def test_termwise_clipped_sums_match_naive_loop(clipping, clipped_sum, shared):
     out = engine.clipped_sums(loss_fn, x)
     pid = out["layout"].partition_ids.numpy()
 
-    g = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+    g = naive(("termwise", shared), lambda: ref.per_example_sample_grads(loss_fn, x, engine.variables))
     np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), [np.linalg.norm(v) for v in g], rtol=1e-4)
     assert rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.5) for v in g)) < RTOL
 
-    q = ref.per_partition_batch_grads(loss_fn, x, engine.variables, pid, 3)
+    q = naive(("termwise", shared, tuple(pid)),
+              lambda: ref.per_partition_batch_grads(loss_fn, x, engine.variables, pid, 3))
     np.testing.assert_allclose(np.sqrt(out["partition_sq_norms"].numpy()), [np.linalg.norm(v) for v in q], rtol=1e-4)
     assert rel_err(ref.flat(out["batch"]), sum(ref.clip(v, 0.3) for v in q)) < RTOL
     # every example's phi-gradient is larger than C1 here, so clipping really happened
@@ -55,9 +67,8 @@ def test_micro_without_batch_terms_is_dp_sgd(clipping, clipped_sum):
     engine = make_engine(model, spec=models.SAMPLE_ONLY, aggregation="micro", l2_norm_clip=0.7,
                          clipping=clipping, clipped_sum=clipped_sum)
     out = engine.clipped_sums(loss_fn, x)
-    g = ref.per_example_sample_grads(loss_fn, x, engine.variables)
-    naive = sum(ref.clip(v, 0.7) for v in g)
-    assert rel_err(ref.flat(out["sample"]), naive) < RTOL
+    g = naive(("micro",), lambda: ref.per_example_sample_grads(loss_fn, x, engine.variables))
+    assert rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.7) for v in g)) < RTOL
     assert "batch" not in out
 
 
@@ -70,8 +81,8 @@ def test_micro_with_batch_term_clips_each_example_with_the_shared_term(clipping,
     engine = make_engine(model, aggregation="micro", l2_norm_clip=2.0, max_batch_size=20,
                          clipping=clipping, clipped_sum=clipped_sum)
     out = engine.clipped_sums(loss_fn, x)
-    shared = ref.grad_of(loss_fn, x, engine.variables, "batch")
-    per = [v + shared for v in ref.per_example_sample_grads(loss_fn, x, engine.variables)]
+    per = naive(("micro-psi",), lambda: [v + ref.grad_of(loss_fn, x, engine.variables, "batch")
+                                         for v in ref.per_example_sample_grads(loss_fn, x, engine.variables)])
     np.testing.assert_allclose(np.sqrt(out["micro_sq_norms"].numpy()), [np.linalg.norm(v) for v in per], rtol=1e-4)
     total = ref.flat(out["sample"]) + ref.flat(out["batch"])
     assert rel_err(total, sum(ref.clip(v, 2.0) for v in per)) < RTOL
@@ -280,16 +291,16 @@ def test_batch_term_reaching_only_part_of_the_model(aggregation, clipped_sum):
     engine = make_engine(root, aggregation=aggregation, l2_norm_clip=0.4, batch_clip=0.1, num_partitions=2,
                          max_batch_size=20, clipped_sum=clipped_sum)
     out = engine.clipped_sums(loss_fn, x)
-    g = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+    g = naive(("split",), lambda: ref.per_example_sample_grads(loss_fn, x, engine.variables))
     if aggregation == "termwise":
         pid = out["layout"].partition_ids.numpy()
-        q = ref.per_partition_batch_grads(loss_fn, x, engine.variables, pid, 2)
+        q = naive(("split", tuple(pid)), lambda: ref.per_partition_batch_grads(loss_fn, x, engine.variables, pid, 2))
         assert rel_err(ref.flat(out["sample"]), sum(ref.clip(v, 0.4) for v in g)) < RTOL
         assert rel_err(ref.flat(out["batch"]), sum(ref.clip(v, 0.1) for v in q)) < RTOL
         n_dec = sum(int(np.prod(v.shape)) for v in dec.trainable_variables)
         assert np.all(ref.flat(out["batch"])[-n_dec:] == 0)
     else:
-        shared = ref.grad_of(loss_fn, x, engine.variables, "batch")
+        shared = naive(("split", "batch"), lambda: ref.grad_of(loss_fn, x, engine.variables, "batch"))
         per = [v + shared for v in g]
         total = ref.flat(out["sample"]) + ref.flat(out["batch"])
         assert rel_err(total, sum(ref.clip(v, 0.4) for v in per)) < RTOL

@@ -45,11 +45,10 @@ MODES = {
 
 
 def skip_model() -> keras.Model:
-    """A tanh branch plus a linear skip from the input."""
+    """A tanh branch plus a linear skip from the input (two layers: each adds ops to every traced path)."""
     keras.utils.set_random_seed(0)
     x = keras.Input([7])
-    h = keras.layers.Dense(6, activation="tanh")(x)
-    out = keras.layers.Add()([keras.layers.Dense(3)(h), keras.layers.Dense(3, use_bias=False)(x)])
+    out = keras.layers.Add()([keras.layers.Dense(3, activation="tanh")(x), keras.layers.Dense(3, use_bias=False)(x)])
     return keras.Model(x, out)
 
 
@@ -84,12 +83,13 @@ def clipped_sum(vectors, keep, clip: float, size: int) -> np.ndarray:
     return total
 
 
-def expected(loss_fn, x: tf.Tensor, variables, mode: str, partition_ids: np.ndarray | None) -> dict:
-    """Naive per-example loop with the drop rule: a NaN/inf input or a non-finite gradient."""
+def expected(loss_fn, x: tf.Tensor, variables, mode: str, partition_ids: np.ndarray | None, g: list) -> dict:
+    """Naive per-example loop with the drop rule: a NaN/inf input or a non-finite gradient.
+
+    g: the naive loop's per-example gradients of phi (`ref.per_example_sample_grads`)."""
     size = sum(int(np.prod(v.shape)) for v in variables)
     ok = np.isfinite(x.numpy()).reshape(len(x), -1).all(axis=1)
     out = {}
-    g = ref.per_example_sample_grads(loss_fn, x, variables)
     if mode == "micro-psi":  # psi(batch) is in every example's loss: a bad input drops them all
         shared = ref.grad_of(loss_fn, x, variables, "batch")
         per = [v + shared for v in g]
@@ -126,11 +126,14 @@ def check_noised(grads, logs, dropped: float, where: str = "") -> None:
 _REFERENCES: dict = {}
 
 
-def reference(key: tuple, loss_fn, x, variables, mode: str, partition_ids) -> dict:
-    """`expected`, once per model, mode, value and partition layout (the paths share it)."""
-    key = key + (None if partition_ids is None else tuple(partition_ids),)
+def reference(model_name: str, mode: str, value: str, loss_fn, x, variables, partition_ids) -> dict:
+    """`expected`, once per model, mode, value and partition layout (the paths share it); its per-example
+    gradients once per model and value (phi is the same in every mode's loss, with or without psi)."""
+    key = (model_name, mode, value, None if partition_ids is None else tuple(partition_ids))
     if key not in _REFERENCES:
-        _REFERENCES[key] = expected(loss_fn, x, variables, mode, partition_ids)
+        if (model_name, value) not in _REFERENCES:
+            _REFERENCES[model_name, value] = ref.per_example_sample_grads(loss_fn, x, variables)
+        _REFERENCES[key] = expected(loss_fn, x, variables, mode, partition_ids, _REFERENCES[model_name, value])
     return _REFERENCES[key]
 
 
@@ -160,7 +163,7 @@ def test_bad_example_is_dropped_counted_and_bounded(model_name, mode, clipping, 
         x = batch_with(value)
         out, grads, logs = step(x)
         pid = out["partition_ids"].numpy() if mode.startswith("termwise-psi") else None
-        want = reference((model_name, mode, name), loss_fn, x, engine.variables, mode, pid)
+        want = reference(model_name, mode, name, loss_fn, x, engine.variables, pid)
         where = f"{name} ({model_name}, {mode}, {clipping}/{clipped_sum_method})"
         if mode == "micro-psi":
             got = ref.flat(out["sample"]) + ref.flat(out["batch"])
@@ -259,7 +262,7 @@ def test_finite_input_overflowing_inside_the_model_drops_only_its_example(mode, 
     assert np.all(np.isnan(model(x).numpy()[BAD]))
     out = engine_for(model, mode, clipping, clipped_sum_method).clipped_sums(loss_fn, x)
     pid = out["layout"].partition_ids.numpy() if "partition_sq_norms" in out else None
-    want = expected(loss_fn, x, model.trainable_variables, mode, pid)
+    want = reference("overflow", mode, "3e38", loss_fn, x, model.trainable_variables, pid)
     assert want["dropped"] == (1 if pid is None else 2)
     assert float(out["dropped"]) == want["dropped"]
     assert rel_err(ref.flat(out["sample"]), want["sample"]) < RTOL

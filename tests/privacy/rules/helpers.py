@@ -44,6 +44,7 @@ def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], c
 
     x = tf.constant(x, dtype)
     n = len(x)
+    naive: dict = {}  # the naive loop's gradients, once: both methods sum the same per-example gradients
     for clipped_sum in ("bookkeeping", "reweight"):
         config = DPConfig(aggregation="micro", l2_norm_clip=clip, expected_batch_size=float(n), clipped_sum=clipped_sum,
                           max_batch_size=n + 1 if batch_terms else None)
@@ -51,15 +52,18 @@ def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], c
         recorder = engine.recorder
         assert {layer.name: recorder.rules[id(layer)].name for layer in recorder.layers} == rule_names
         out = engine.clipped_sums(loss_fn, x)
-        grads = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+        if not naive:
+            naive["phi"] = ref.per_example_sample_grads(loss_fn, x, engine.variables)
+            if batch_terms:
+                naive["psi"] = ref.grad_of(loss_fn, x, engine.variables, "batch")
+        grads = naive["phi"]
         if batch_terms:
-            shared = ref.grad_of(loss_fn, x, engine.variables, "batch")
-            micro = [g + shared for g in grads]
+            micro = [g + naive["psi"] for g in grads]
             np.testing.assert_allclose(np.sqrt(out["micro_sq_norms"].numpy()), [np.linalg.norm(g) for g in micro],
                                        rtol=1e-4)
             np.testing.assert_allclose(ref.flat(out["sample"]) + ref.flat(out["batch"]),
                                        np.sum([ref.clip(g, clip) for g in micro], axis=0), rtol=1e-4, atol=1e-6)
-            check_termwise(engine.variables, model, loss_fn, x, clip, clipped_sum)
+            check_termwise(engine.variables, model, loss_fn, x, clip, clipped_sum, naive)
         np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), [np.linalg.norm(g) for g in grads],
                                    rtol=1e-4)
         if not batch_terms:
@@ -67,14 +71,19 @@ def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], c
             np.testing.assert_allclose(ref.flat(out["sample"]), want, rtol=1e-4, atol=1e-6)
 
 
-def check_termwise(variables, model, loss_fn, x: tf.Tensor, clip: float, clipped_sum: str) -> None:
-    """Term-wise with 3 partitions: per-partition norms and clipped sums of the batch-wise term."""
+def check_termwise(variables, model, loss_fn, x: tf.Tensor, clip: float, clipped_sum: str, naive: dict) -> None:
+    """Term-wise with 3 partitions: per-partition norms and clipped sums of the batch-wise term.
+
+    naive: the naive loop's gradients by partition layout, filled here (the methods draw the same partitions)."""
     config = DPConfig(aggregation="termwise", l2_norm_clip=clip, batch_clip=clip / 2, num_partitions=3,
                       expected_batch_size=float(len(x)), clipped_sum=clipped_sum, seed=1)
     engine = DPGradientEngine(config, model, WITH_BATCH)
     out = engine.clipped_sums(loss_fn, x)
     pid = out["layout"].partition_ids.numpy()
-    grads = ref.per_partition_batch_grads(loss_fn, x, variables, pid, 3)
+    key = ("partitions", tuple(pid))
+    if key not in naive:
+        naive[key] = ref.per_partition_batch_grads(loss_fn, x, variables, pid, 3)
+    grads = naive[key]
     np.testing.assert_allclose(np.sqrt(out["partition_sq_norms"].numpy()), [np.linalg.norm(g) for g in grads],
                                rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(ref.flat(out["batch"]), np.sum([ref.clip(g, clip / 2) for g in grads], axis=0),

@@ -34,7 +34,7 @@ def test_recurrent_layers_are_one_unit_of_the_per_layer_fallback():
     (Bidirectional, an LSTM or GRU the recurrent rules refuse: pfor cannot vectorize their backward pass,
     so one example after another)."""
     L = keras.layers
-    x = np.random.default_rng(0).normal(size=[5, 4, 2])
+    x = np.random.default_rng(0).normal(size=[3, 2, 2])  # 3 examples of 2 steps: the recurrence, on a small batch
     for layer in (L.SimpleRNN(3), L.GRU(3, recurrent_dropout=0.2), L.LSTM(3, unroll=True), L.Bidirectional(L.LSTM(2))):
         check_rule(layer, x, "per_layer")
 
