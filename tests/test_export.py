@@ -88,17 +88,39 @@ def _case(tmp_path, key, inputs, **case):
     return {**case, "inputs": path}
 
 
-def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae_run):
+@pytest.fixture(scope="module")
+def statement():
+    """A micro run's privacy statement (epsilon by both accountants, computed once for the module)."""
+    from tfpriv.privacy.statement import privacy_statement
+    return privacy_statement([(0.05, 1.2, 40)], tfpriv.DPConfig(aggregation="micro", noise_multiplier=1.2), 1e-5)
+
+
+@pytest.fixture(scope="module")
+def family_runs(tmp_path_factory, statement):
+    """A tiny conditional GAN run and a filter run, each with `statement` in its results.json, exported
+    to RUN/sm by `export_run`: {family: (run folder, the in-process trained model, export_run's record)}."""
+    from tfpriv.files import write_json
+
+    runs = {}
+    for family, make in (("gan", lambda path: tiny_generator_run(path, num_classes=10)),
+                         ("filter", lambda path: tiny_filter_run(str(path)))):
+        run_dir = tmp_path_factory.mktemp(family) / "run"
+        model = make(run_dir)
+        record = json.load(open(run_dir / "results.json"))
+        write_json(str(run_dir / "results.json"), {**record, "privacy_statement": statement})
+        runs[family] = (run_dir, model, export_run(str(run_dir), str(run_dir / "sm")))
+    return runs
+
+
+def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae_run, family_runs):
     run, results = privae_run
     vae, vae_export = run.built.model, results["saved_model"]["path"]
     x = run.data.x_test[:5].astype(np.float32)
     z = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
-    generator = tiny_generator_run(tmp_path / "gan", num_classes=10)
-    filt = tiny_filter_run(str(tmp_path / "filter"))
-    gan_export, filter_export = str(tmp_path / "gan" / "sm"), str(tmp_path / "filter" / "sm")
-    assert sorted(export_run(str(tmp_path / "gan"), gan_export)["signatures"]) == ["sample"]
-    assert sorted(export_run(str(tmp_path / "filter"), filter_export)["signatures"]) == [
-        "decode", "encode", "privatize_x", "privatize_z"]
+    (gan_dir, generator, gan_record), (_, filt, filter_record) = family_runs["gan"], family_runs["filter"]
+    assert sorted(gan_record["signatures"]) == ["sample"]
+    assert sorted(filter_record["signatures"]) == ["decode", "encode", "privatize_x", "privatize_z"]
+    gan_export, filter_export = gan_record["path"], filter_record["path"]
     labels = np.array([3, 1, 4, 1, 5], np.int32)
     fx, fy = np.random.default_rng(2).random((5, 6)).astype(np.float32), np.array([0, 1, 1, 0, 1], np.int32)
     latent = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
@@ -114,7 +136,7 @@ def test_a_fresh_process_without_tfpriv_serves_the_same_outputs(tmp_path, privae
         "gan_sample": _case(tmp_path, "gan_sample", {"n": n, "seed": SEED, "labels": labels}, saved_model=gan_export,
                             signature="sample"),
         "generator": _case(tmp_path, "generator", {"latent": latent, "labels": labels},
-                           keras=str(tmp_path / "gan" / "generator.keras"), args=["latent", "labels"]),
+                           keras=str(gan_dir / "generator.keras"), args=["latent", "labels"]),
         "privatize_x": _case(tmp_path, "privatize_x", {"x": fx, "y_private": fy, "seed": SEED},
                              saved_model=filter_export, signature="privatize_x"),
         "privatize_z": _case(tmp_path, "privatize_z", {"z": fx[:, :3], "y_private": fy, "seed": SEED},
@@ -207,14 +229,7 @@ def test_a_runs_export_carries_the_privacy_statement_its_results_record(private_
 
 
 @pytest.mark.parametrize("family", ["gan", "filter"])
-def test_every_familys_export_carries_the_runs_privacy_statement(tmp_path, family):
-    from tfpriv.files import write_json
-    from tfpriv.privacy.statement import privacy_statement
-
-    run_dir = str(tmp_path)
-    tiny_generator_run(run_dir, num_classes=None) if family == "gan" else tiny_filter_run(run_dir)
-    statement = privacy_statement([(0.05, 1.2, 40)], tfpriv.DPConfig(aggregation="micro", noise_multiplier=1.2), 1e-5)
-    record = json.load(open(os.path.join(run_dir, "results.json")))
-    write_json(os.path.join(run_dir, "results.json"), {**record, "privacy_statement": statement})
-    path = export_run(run_dir)["path"]
-    assert _assets_statement(path) == statement
+def test_every_familys_export_carries_the_runs_privacy_statement(family_runs, statement, family):
+    """The statement written into the run's results.json is the one its export carries."""
+    _, _, exported = family_runs[family]
+    assert _assets_statement(exported["path"]) == statement

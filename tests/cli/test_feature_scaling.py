@@ -7,7 +7,8 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error, train_py
 
-FAST = ["--model=privae", "--epochs=1", "--eval_importance_samples=5", "--eval_examples=50", "--verbose=0", "--seed=0"]
+FAST = ["--model=privae", "--epochs=1", "--batch_size=512", "--eval_importance_samples=5", "--eval_examples=50",
+        "--verbose=0", "--seed=0"]
 
 
 @pytest.mark.parametrize("args,start", [

@@ -40,11 +40,11 @@ def _train(vae, ds, plan, directory, seed) -> Stage1:
 
 def test_dp_run_records_the_accountants_epsilon(tmp_path, data_dir):
     out = tmp_path / "run"
-    res = filter_job.run(filter_job.JOB.settings(vae_epochs=1, vae_batch_size=64, **TINY, dataset="abalone",
+    res = filter_job.run(filter_job.JOB.settings(vae_epochs=1, vae_batch_size=256, **TINY, dataset="abalone",
                                 data_dir=str(data_dir), seed=0, verbose=0, aggregation="micro", noise_multiplier=1.1,
                                 l2_norm_clip=1.0, delta=1e-4), str(out))
     stored = json.load(open(out / "results.json"))
-    q = 64 / 3341
+    q = 256 / 3341
     steps = round(1 / q)  # Poisson sampling: round(1/q) steps per epoch, one epoch
     assert stored["aggregation"] == "micro" and stored["sampling"] == "poisson"
     assert stored["steps"] == steps and stored["sampling_rate"] == pytest.approx(q)

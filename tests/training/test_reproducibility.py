@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tests.cli.helpers import subprocess_train_py, train_py
 
-ARGS = ["--model=privae", "--dataset=digits", "--aggregation=termwise", "--epochs=1", "--batch_size=128",
+ARGS = ["--model=privae", "--dataset=digits", "--aggregation=termwise", "--epochs=1", "--batch_size=512",
         "--seed=11", "--eval_importance_samples=5", "--eval_examples=100", "--verbose=0"]
 
 
