@@ -144,7 +144,7 @@ def test_a_family_from_outside_tfpriv_trains_loads_and_serves(tmp_path, capsys, 
 
 def test_a_family_from_outside_tfpriv_is_a_synthesizer_by_its_family_record(toy):
     x = flat(load_dataset("digits").x_train[:300])
-    synth = tfpriv.synthesizer("toy", epsilon=2.0, toy_init=0.25, seed=0).fit(x)
+    synth = tfpriv.synthesizer("toy", epsilon=2.0, toy_init=0.25, batch_size=300, seed=0).fit(x)  # q = 1
     assert 0 < synth.epsilon <= 2.0 and synth.results["model"] == "toy" and synth.results["epochs"] == 1
     assert synth.sample(4, seed=1).shape == (4, 64)
     with pytest.raises(ConfigError, match=r"^toy_init: must be in \[0, 1\], got 2.0$"):
@@ -188,8 +188,8 @@ def main(argv):
     from tfpriv.export import export_run
 
     run_dir = argv[1]
-    x = load_dataset("digits").x_train[:64]
-    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=32, latent_dim=2, seed=0).fit(x)
+    x = load_dataset("digits").x_train[:64]  # one batch (q = 1): no subsampled Gaussian to calibrate
+    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=64, latent_dim=2, seed=0).fit(x)
     synth.save(run_dir)
     loaded = tfpriv.load(run_dir)
     exported = export_run(run_dir)

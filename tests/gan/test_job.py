@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 import os
 
@@ -101,18 +103,35 @@ def test_sample_without_generator_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_results_have_the_common_keys(tmp_path, data_dir, monkeypatch, capsys):
-    """A tiny non-scored DPGAN run: results.json with the keys every family writes. (The evaluation
-    classifier is an untrained stand-in: its scores are not checked here, and the real one would score
-    the 10,000 test images twice.)"""
-    monkeypatch.setattr(gan_job, "_classifier", lambda s: tiny_classifier())
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def scored_run(tmp_path_factory, data_dir):
+    """A tiny seeded DPGAN run stopped by --max_steps, with --public_scores, read by the tests of its
+    keys and of its public scores: (run folder, run's return, what it printed, the splits evaluation
+    classifiers were fitted on). The classifiers are untrained stand-ins (two different networks:
+    their scores differ), and they score the first 500 test images (reference features, real IS)."""
+    from tfpriv.metrics import eval_classifier
+    fitted = {}
+
+    def get_classifier(dataset, data_dir, cache_dir=None, verbose=0, split="train"):
+        keras.utils.set_random_seed(len(fitted))
+        fitted[split] = eval_classifier.build_classifier()
+        return fitted[split]
+
+    out = tmp_path_factory.mktemp("scored") / "run"
     s = gan_job.JOB.settings(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
-                      latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20, seed=0,
-                      verbose=0)
-    capsys.readouterr()
-    res = gan_job.run(s, str(out))
-    stop_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stopped at")]
+                             latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20,
+                             seed=0, verbose=0, public_scores=True, classifier_cache_dir=str(out.parent / "cache"))
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
+        patch.setattr(eval_classifier, "get_classifier", get_classifier)
+        small_test_split(patch)
+        res = gan_job.run(s, str(out))
+    return out, res, printed.getvalue(), sorted(fitted)
+
+
+def test_results_have_the_common_keys(scored_run):
+    """A tiny DPGAN run (`scored_run`): results.json with the keys every family writes."""
+    out, res, printed, _ = scored_run
+    stop_lines = [line for line in printed.splitlines() if line.startswith("stopped at")]
     assert stop_lines == ["stopped at --max_steps=3: 3 of 240 planned critic steps; epsilon covers the steps taken"]
     stored = json.load(open(out / "results.json"))
     assert stored["epochs"] == res["epochs"] == 1 and stored["planned_epochs"] == 2  # stopped by --max_steps
@@ -162,26 +181,13 @@ def test_optimizer_defaults_per_model():
     assert gan_job.JOB.settings(model="dpgan").gan_optimizer == "rmsprop"
 
 
-def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(tmp_path, data_dir, monkeypatch):
-    """--public_scores (every --tune trial): IS, FD and label agreement again, by the evaluation
-    network fitted on the test split (the default one is fitted on the GAN's private training images)."""
-    from tfpriv.metrics import eval_classifier
-    fitted = {}
-
-    def get_classifier(dataset, data_dir, cache_dir=None, verbose=0, split="train"):
-        keras.utils.set_random_seed(len(fitted))
-        fitted[split] = eval_classifier.build_classifier()  # untrained stand-ins: two different networks
-        return fitted[split]
-
-    monkeypatch.setattr(eval_classifier, "get_classifier", get_classifier)
-    small_test_split(monkeypatch)  # the networks score the first 500 test images (reference features, real IS)
-    out = tmp_path / "run"
-    s = gan_job.JOB.settings(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
-                      latent_size=4, batch_size=500, epochs=1, max_steps=1, eval_every=0, num_samples=20, seed=0,
-                      verbose=0, public_scores=True, classifier_cache_dir=str(tmp_path / "cache"))
-    gan_job.run(s, str(out))
+def test_public_scores_come_from_the_classifier_fitted_on_the_test_split(scored_run):
+    """--public_scores (every --tune trial; `scored_run`): IS, FD and label agreement again, by the
+    evaluation network fitted on the test split (the default one is fitted on the GAN's private
+    training images)."""
+    out, _, _, fitted = scored_run
     metrics = json.load(open(out / "results.json"))["metrics"]
-    assert sorted(fitted) == ["test", "train"]
+    assert fitted == ["test", "train"]
     assert {"inception_score_public", "frechet_distance_public"} <= set(metrics)
     assert metrics["inception_score_public"] != metrics["inception_score"]
 
@@ -231,10 +237,11 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
             states.append(rng.bit_generator.state)
 
     monkeypatch.setattr(dpimagebench, "NoisySelection", Recording)
+    small_test_split(monkeypatch)  # the first 500 test images are scored (the validation split stays whole)
     out = tmp_path / "run"
     common = ["--model=dpgan", "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--capacity=2", "--latent_size=4",
               "--batch_size=500", "--epochs=1", "--eval_every=0", "--num_samples=20", "--conditional",
-              "--downstream_samples=48", "--downstream_epochs=2", f"--output_dir={out}", "--verbose=0", "--seed=5"]
+              "--downstream_samples=48", "--downstream_epochs=1", f"--output_dir={out}", "--verbose=0", "--seed=5"]
     protocol = ["--max_steps=2", "--eval_protocol=dpimagebench", "--classifier_depth=8", "--selection_epsilon=0.3"]
     proc = train_py(*common, *protocol, capsys=capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -45,13 +45,27 @@ def run_main(*args, capsys):
     return code, out.out, out.err
 
 
-def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_epsilon(tmp_path, data_dir, capsys):
+def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_epsilon(tmp_path, data_dir, capsys,
+                                                                                       monkeypatch):
+    """Every re-score of a held-out run selects again on its split and adds its epsilon to the run's
+    ledger. All run with the same --seed, which fixes the samples and classifiers, never the selection
+    noise: each draws different noise (before, all drew it from the seed, so a known seed voided its
+    epsilon)."""
+    states = []
+
+    class Recording(dpimagebench.NoisySelection):
+        def __init__(self, selection_epsilon, rng):
+            super().__init__(selection_epsilon, rng)
+            states.append(rng.bit_generator.state["state"]["state"])
+
+    monkeypatch.setattr(dpimagebench, "NoisySelection", Recording)
     run = make_run(tmp_path / "run", held_out=True)
-    args = [f"--run_dir={run}", f"--data_dir={data_dir}", "--selection_epsilon=0.5", *TINY]
+    args = [f"--run_dir={run}", f"--data_dir={data_dir}", "--selection_epsilon=0.5", "--seed=0", *TINY]
     code, out, err = run_main(*args, capsys=capsys)
     assert code == 0, err
     record = json.loads((run / rescore.OUTPUT_FILE).read_text())
     assert record["selection"]["mode"] == "private_validation" and record["selection"]["validation_examples"] == 5000
+    assert record["selection"]["noise_source"] == "OS entropy, never recorded"
     # the run's own selection (2.0) plus this one (0.5), on top of the generator's 2.0
     assert record["epsilon_selection"] == pytest.approx(2.5) and record["epsilon_total"] == pytest.approx(4.5)
     assert "note" not in record and "= 4.5 at delta" in out
@@ -67,6 +81,7 @@ def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_ep
     assert run_main(f"--run_dir={copy}", *args[1:], capsys=capsys)[0] == 0
     assert json.loads((copy / rescore.OUTPUT_FILE).read_text())["epsilon_total"] == pytest.approx(6.0)
     assert read_selection_epsilon(str(copy)) == pytest.approx(4.0) and read_selection_epsilon(str(run)) == 3.5
+    assert len(states) == len(set(states)) == 4, "each selection's noise is fresh, whatever the --seed"
     # without the checkpoint there is no total to continue: refused, nothing written
     shutil.rmtree(copy / "checkpoints")
     (copy / rescore.OUTPUT_FILE).unlink()
@@ -74,26 +89,6 @@ def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_ep
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: --run_dir: ") and \
         "holds no checkpoint" in err, err
     assert not (copy / rescore.OUTPUT_FILE).exists()
-
-
-def test_the_selection_noise_comes_from_the_os_whatever_the_seed(tmp_path, data_dir, capsys, monkeypatch):
-    """--seed fixes the samples and classifiers, never the selection noise: two re-scores with the same
-    seed draw different noise (before, both drew it from the seed, so a known seed voided its epsilon)."""
-    states = []
-
-    class Recording(dpimagebench.NoisySelection):
-        def __init__(self, selection_epsilon, rng):
-            super().__init__(selection_epsilon, rng)
-            states.append(rng.bit_generator.state["state"]["state"])
-
-    monkeypatch.setattr(dpimagebench, "NoisySelection", Recording)
-    run = make_run(tmp_path / "run", held_out=True)
-    for _ in range(2):
-        code, _, err = run_main(f"--run_dir={run}", f"--data_dir={data_dir}", "--seed=0", *TINY, capsys=capsys)
-        assert code == 0, err
-    assert len(states) == 2 and states[0] != states[1]
-    record = json.loads((run / rescore.OUTPUT_FILE).read_text())
-    assert record["selection"]["noise_source"] == "OS entropy, never recorded"
 
 
 def test_a_run_without_a_held_out_split_is_scored_with_the_synthetic_selection(tmp_path, data_dir, capsys):
