@@ -198,3 +198,31 @@ def test_accounting_leaves_out_dp_accountings_non_converging_order_warnings(capl
         dp_accounting.rdp.RdpAccountant(list(acc.DEFAULT_ORDERS)).compose(event).get_epsilon(1e-5)
     newer = tuple(int(p) for p in version("dp-accounting").split(".")[:2]) >= (0, 6)
     assert bool(warned()) == newer
+
+
+def test_calibration_agrees_with_dp_accountings_search_and_is_remembered(monkeypatch):
+    """Calibration searches on the accountant's own epsilon (cached RDP curves, bracketed by the
+    Gaussian without subsampling) and ends where dp_accounting's `calibrate_dp_mechanism` ends, within
+    its tolerance, from below; the same question (a resumed run's history given as lists) is answered
+    from memory."""
+    history, q, steps, target = ((0.1, 0.67, 10),), 0.1, 20, 6.0
+
+    def event(noise):
+        return dp_accounting.ComposedDpEvent([acc._event(*h) for h in history] + [acc._event(q, noise, steps)])
+    reference = dp_accounting.calibrate_dp_mechanism(acc.RDP.fresh, event, target, 1e-3,
+                                                     dp_accounting.ExplicitBracketInterval(1e-3, 1000), tol=1e-4)
+    z = acc.RDP.calibrate(target, 1e-3, q, steps, history)
+    assert z == pytest.approx(reference, abs=2e-4)
+    assert acc.RDP.epsilon([*history, (q, z, steps)], 1e-3) <= target
+    assert acc.RDP.epsilon([*history, (q, z - 2e-4, steps)], 1e-3) > target
+
+    class WrongBracket(acc.RdpAccounting):  # a lower end that already meets the target: the search widens
+        def _bracket(self, *args):
+            return 3 * z, 4 * z
+    assert WrongBracket().calibrate(target, 1e-3, q, steps, history) == pytest.approx(z, abs=2e-4)
+
+    def recomputed(*args):
+        raise AssertionError("calibration recomputed a question it has answered")
+    monkeypatch.setattr(acc.RdpAccounting, "_epsilon", recomputed)
+    assert acc.RDP.calibrate(target, 1e-3, q, steps, [list(h) for h in history]) == z
+    assert acc.RDP.epsilon([*history, (q, z, steps)], 1e-3) <= target  # epsilon too is remembered

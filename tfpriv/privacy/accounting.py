@@ -24,6 +24,7 @@ from typing import Iterable, Iterator, Sequence
 import dp_accounting
 import numpy as np
 import tensorflow as tf
+from scipy import optimize
 
 from tfpriv.errors import ConfigError
 from tfpriv.registry import Registry
@@ -137,14 +138,20 @@ class Accountant:
         raise NotImplementedError
 
     def _bracket(self, target_epsilon: float, delta: float, q: float, steps: int,
-                 history: Sequence[Segment]) -> tuple[float, float]:
+                 history: tuple[Segment, ...]) -> tuple[float, float]:
         """The effective noise multipliers between which calibration searches."""
         return 1e-3, MAX_NOISE
 
     def epsilon(self, segments: Iterable[Segment], delta: float) -> float:
-        """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments."""
+        """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments; remembered per
+        accountant (a run's statement, results and export state the same epsilon; PLD takes ~1 s)."""
+        segments = tuple((float(q), float(noise), int(steps)) for q, noise, steps in segments)
         with _quiet_orders():
-            return self._epsilon(segments, delta)
+            return self._remembered_epsilon(segments, float(delta))
+
+    @functools.lru_cache(maxsize=1024)
+    def _remembered_epsilon(self, segments: tuple[Segment, ...], delta: float) -> float:
+        return self._epsilon(segments, delta)
 
     def _epsilon(self, segments: Iterable[Segment], delta: float) -> float:
         acc = self.fresh()
@@ -166,35 +173,44 @@ class Accountant:
 
     def calibrate(self, target_epsilon: float, delta: float, q: float, steps: int,
                   history: Sequence[Segment] = ()) -> float:
-        """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon."""
-        with _quiet_orders():
-            return self._calibrate(target_epsilon, delta, q, steps, history)
+        """Smallest effective noise multiplier that keeps `steps` more steps within target epsilon.
 
-    def _calibrate(self, target_epsilon: float, delta: float, q: float, steps: int,
-                   history: Sequence[Segment]) -> float:
+        A pure function of its arguments, remembered per accountant: a plan, its resume and a
+        synthesizer's fit ask the same question, and the search costs up to seconds."""
+        history = tuple((float(hq), float(hn), int(hs)) for hq, hn, hs in history if int(hs) > 0)
+        with _quiet_orders():
+            return self._calibrated(float(target_epsilon), float(delta), float(q), int(steps), history)
+
+    @functools.lru_cache(maxsize=256)
+    def _calibrated(self, target_epsilon: float, delta: float, q: float, steps: int,
+                    history: tuple[Segment, ...]) -> float:
         if steps <= 0:
             raise ConfigError(f"target_epsilon: calibration needs at least one planned step, got {steps}")
-        spent = self.epsilon(history, delta)
+        spent = self._epsilon(history, delta)
         if spent >= target_epsilon:
             raise ConfigError(f"target_epsilon: {target_epsilon:g} is already spent by the resumed run "
                               f"(epsilon {spent:.4g})")
 
-        def make_event(noise: float) -> dp_accounting.DpEvent:
-            return dp_accounting.ComposedDpEvent(
-                [_event(hq, hn, hs) for hq, hn, hs in history if hs > 0] + [_event(q, noise, steps)])
+        def gap(noise: float) -> float:
+            return self._epsilon([*history, (q, noise, steps)], delta) - target_epsilon
 
-        if self.fresh().compose(make_event(MAX_NOISE)).get_epsilon(delta) > target_epsilon:
-            raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with "
-                              f"q={q:g} over {steps} steps (even an effective noise multiplier of {MAX_NOISE:g} "
-                              "gives more)")
+        unreachable = (f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} with q={q:g} "
+                       f"over {steps} steps")
+        if gap(MAX_NOISE) > 0:
+            raise ConfigError(f"{unreachable} (even an effective noise multiplier of {MAX_NOISE:g} gives more)")
         lower, upper = self._bracket(target_epsilon, delta, q, steps, history)
-        try:
-            return float(dp_accounting.calibrate_dp_mechanism(
-                self.fresh, make_event, target_epsilon, delta, dp_accounting.ExplicitBracketInterval(lower, upper),
-                tol=self.calibration_tolerance))
-        except Exception as exc:  # dp_accounting raises ValueError/RuntimeError when no bracket fits
-            raise ConfigError(f"target_epsilon: cannot reach epsilon={target_epsilon:g} at delta={delta:g} "
-                              f"with q={q:g} over {steps} steps ({exc})") from None
+        if gap(upper) > 0:
+            upper = MAX_NOISE
+        if lower > 1e-3 and gap(lower) <= 0:
+            lower, upper = 1e-3, lower
+        tol = self.calibration_tolerance
+        try:  # as dp_accounting.calibrate_dp_mechanism, on `_epsilon` (whose RDP curves are cached)
+            noise = optimize.brentq(gap, lower, upper, xtol=tol)
+        except ValueError as exc:  # no sign change: even the smallest noise searched spends less
+            raise ConfigError(f"{unreachable} ({exc})") from None
+        while gap(noise) > 0:  # brentq's root is within tol of the boundary; the answer must not exceed the target
+            noise += tol
+        return float(noise)
 
     def max_steps_within(self, budget: float, delta: float, q: float, noise: float,
                          history: Sequence[Segment] = (), limit: int = 10**9) -> int:
@@ -236,6 +252,15 @@ class RdpAccounting(Accountant):
     def fresh(self) -> dp_accounting.PrivacyAccountant:
         return dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
 
+    def _bracket(self, target_epsilon, delta, q, steps, history):
+        # Poisson subsampling at q < 1 lowers the Gaussian's RDP at every order, so the noise of the
+        # same steps without subsampling (cheap curves: closed form) bounds the answer from above.
+        # Below, subsampling scales the needed noise by about q (the search widens if it does not).
+        if q >= 1:
+            return super()._bracket(target_epsilon, delta, q, steps, history)
+        unsampled = self.calibrate(target_epsilon, delta, 1.0, steps, history)
+        return max(1e-3, unsampled * q / 2), unsampled
+
     def _epsilon(self, segments: Iterable[Segment], delta: float) -> float:
         # dp_accounting composes `steps` steps as `rdp += steps * curve(q, z)`; the same sum over
         # cached one-step curves gives the same floats without recomputing each curve's series (0.2 s
@@ -261,7 +286,7 @@ class RdpAccounting(Accountant):
         return np.asarray(accountant._rdp)  # the composed curve; dp_accounting has no public getter
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=2048)
 def _one_step_curve(q: float, noise: float) -> np.ndarray:
     """dp_accounting's RDP curve of one step (`_event(q, noise, 1)`) at `DEFAULT_ORDERS` (read-only)."""
     curve = RDP.curve(_event(q, noise, 1))
