@@ -107,3 +107,25 @@ def test_a_failed_vectorization_is_tried_once_per_owner_and_shapes():
     del owner
     gc.collect()
     assert len(pfor_rules._NOT_VECTORIZED) == before - 1  # held weakly: gone with its owner
+
+
+@pytest.mark.parametrize("wrap", ["LSTM", "GRU", "Bidirectional"])
+def test_an_owner_holding_an_lstm_or_gru_goes_to_map_fn_without_a_try(monkeypatch, wrap):
+    """pfor cannot convert an LSTM's or GRU's backward pass (a try costs a trace): an owner whose layers
+    hold one (also inside Bidirectional) maps one example after another at once; a Dense owner still
+    tries, and a SimpleRNN (which pfor converts) is not marked."""
+    from tfpriv.compat import keras
+    L = keras.layers
+    recurrent = L.Bidirectional(L.LSTM(3)) if wrap == "Bidirectional" else getattr(L, wrap)(3)
+    tries = []
+    real = tf.vectorized_map
+    monkeypatch.setattr(tf, "vectorized_map", lambda *a, **k: tries.append(1) or real(*a, **k))
+    owner, dense_owner, x = _Owner(), _Owner(), tf.ones([3, 2])
+    pfor_rules.remember_known_failures(owner, [L.Dense(2), recurrent])
+    pfor_rules.remember_known_failures(dense_owner, [L.Dense(2), L.SimpleRNN(2)])
+    with paths_taken() as taken:
+        np.testing.assert_array_equal(map_examples(lambda e: e * 2.0, x, owner=owner).numpy(), 2 * x.numpy())
+    assert taken == {"the model": "map"} and not tries
+    with paths_taken() as taken:
+        map_examples(lambda e: e * 2.0, x, owner=dense_owner)
+    assert taken == {"the model": "vectorized"} and tries

@@ -40,7 +40,7 @@ from tfpriv.privacy.clipping import FastPass, VectorizedPass
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
 from tfpriv.privacy.per_example import per_example_pass
 from tfpriv.privacy.rng import StreamGenerator, in_step, stream_generator
-from tfpriv.privacy.taps import TapRecorder, clipping_problems, require_layer_owned
+from tfpriv.privacy.taps import TapRecorder, clipping_problems, leaf_layers, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 LossFn = Callable[[object, BatchLayout], LossTerms]
@@ -191,6 +191,8 @@ class DPGradientEngine:
                          if config.private and self.clipping == "fast" and config.aggregation != "batch" else None)
         if self.per_example:
             require_layer_owned(roots, self.variables)
+        if config.private and config.clipping in ("per_example", "auto"):
+            pfor_rules.remember_known_failures(self, leaf_layers(roots))
         self.generator = stream_generator(config.seed, "noise")
         self.loss_rng = loss_rng
         self._first_draw: int | None = None  # the loss stream's draw count when the step's loss pass began

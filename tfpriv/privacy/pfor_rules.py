@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 import tensorflow as tf
 from tensorflow.python.ops.parallel_for import pfor as _pfor
 
+from tfpriv.compat import keras_classes
 from tfpriv.privacy.rules.conv import patches
 
 _OP = "Conv2DBackpropFilter"
@@ -32,6 +33,7 @@ _local = threading.local()  # this thread's `paths_taken` record, if one is open
 # owner -> {per-example input specs: output signature} where pfor failed: later traces go straight to
 # tf.map_fn. A stale entry (an owner's id reused) could only cost speed: map_fn's values are pfor's.
 _NOT_VECTORIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ANY_SHAPE = None  # the key of an owner pfor is known to fail on, whatever the shapes: {None: reason}
 
 
 def _filter_gradients(pfor_input, original):
@@ -91,6 +93,20 @@ def paths_taken() -> Iterator[dict[str, str]]:
         _local.taken = previous
 
 
+def remember_known_failures(owner: object, layers) -> None:
+    """Records that pfor cannot vectorize `owner`'s per-example functions if `layers` (or their sublayers)
+    hold a Keras LSTM or GRU: pfor cannot convert the backward pass of their `while_loop` (TypeError on
+    TF 2.15 and 2.21, with or without Embedding or Bidirectional; SimpleRNN converts unless it follows
+    an Embedding). `map_examples` then goes straight to `tf.map_fn` instead of paying a failed try."""
+    recurrent = keras_classes("layers.LSTM") + keras_classes("layers.GRU")
+    for layer in layers:
+        for sub in (layer, *layer._flatten_layers(include_self=False, recursive=True)):
+            if isinstance(sub, recurrent):
+                reason = f"{sub.name} is a {type(sub).__name__}, whose while_loop pfor cannot convert"
+                _NOT_VECTORIZED.setdefault(owner, {})[_ANY_SHAPE] = reason
+                return
+
+
 def map_examples(fn: Callable, inputs, what: str = "the model", owner: object = None):
     """`fn` of each example of `inputs`, stacked: vectorized by pfor where TensorFlow can convert
     `fn`, else one example after another (`tf.map_fn`; same values, slower). `what` (whose
@@ -103,30 +119,32 @@ def map_examples(fn: Callable, inputs, what: str = "the model", owner: object = 
     failed conversion leaves no ops in the caller's graph. A failed try costs as much as a trace
     (~10 s for a small LSTM model), so it is remembered for `owner` (the engine or layer whose
     per-example function `fn` is, if given): the next trace of the same per-example shapes
-    (the training step after the engine's check) goes straight to `tf.map_fn`.
+    (the training step after the engine's check) goes straight to `tf.map_fn`, as does every trace
+    of an owner `remember_known_failures` marked (an LSTM or GRU: no try at all).
     """
     taken = getattr(_local, "taken", None)
     example_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), inputs)
     key = tuple(tf.nest.flatten(example_spec))
     failed = _NOT_VECTORIZED.get(owner, {}) if owner is not None else {}
     signature = failed.get(key)
-    reason = "tried before"
+    reason = "tried before" if signature is not None else failed.get(_ANY_SHAPE)
     if signature is None:
-        spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
-        try:
-            with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
-                stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
-                                      autograph=False).get_concrete_function(spec)
-        except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
-            reason = type(err).__name__
-            outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
-            signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
-            if owner is not None:
-                _NOT_VECTORIZED.setdefault(owner, {})[key] = signature
-        else:
-            if taken is not None:
-                taken[what] = "vectorized"
-            return stacked(inputs)
+        if reason is None:
+            spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), inputs)
+            try:
+                with vectorized_conv_filter_gradients(), _quiet_tensorflow_logger():
+                    stacked = tf.function(lambda x: tf.vectorized_map(fn, x, fallback_to_while_loop=True),
+                                          autograph=False).get_concrete_function(spec)
+            except Exception as err:  # noqa: BLE001 -- any conversion failure; an error of fn itself recurs below
+                reason = type(err).__name__
+            else:
+                if taken is not None:
+                    taken[what] = "vectorized"
+                return stacked(inputs)
+        outputs = tf.function(fn, autograph=False).get_concrete_function(example_spec).structured_outputs
+        signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
+        if owner is not None:
+            _NOT_VECTORIZED.setdefault(owner, {})[key] = signature
     if taken is None:
         tf.get_logger().warning("DP engine: per-example gradients of %s run one example after another (pfor cannot "
                                 "vectorize them: %s)", what, reason)

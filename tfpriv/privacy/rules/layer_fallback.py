@@ -41,4 +41,5 @@ class PerLayerFallback(PerExampleRule):
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             return grads
 
+        pfor_rules.remember_known_failures(tap.layer, [tap.layer])
         return pfor_rules.map_examples(one, (x, g), what=tap.layer.name, owner=tap.layer)
