@@ -200,19 +200,13 @@ def test_accounting_leaves_out_dp_accountings_non_converging_order_warnings(capl
     assert bool(warned()) == newer
 
 
-def test_calibration_agrees_with_dp_accountings_search_and_is_remembered(monkeypatch):
+def test_calibration_on_a_history_ends_within_tolerance_from_below_and_is_remembered(monkeypatch):
     """Calibration searches on the accountant's own epsilon (cached RDP curves, bracketed by the
-    Gaussian without subsampling) and ends where dp_accounting's `calibrate_dp_mechanism` ends, within
-    its tolerance, from below; the same question (a resumed run's history given as lists) is answered
-    from memory."""
-    history, q, steps, target = ((0.1, 0.67, 10),), 0.1, 20, 6.0
-
-    def event(noise):
-        return dp_accounting.ComposedDpEvent([acc._event(*h) for h in history] + [acc._event(q, noise, steps)])
-    reference = dp_accounting.calibrate_dp_mechanism(acc.RDP.fresh, event, target, 1e-3,
-                                                     dp_accounting.ExplicitBracketInterval(1e-3, 1000), tol=1e-4)
+    Gaussian without subsampling) and ends at the smallest noise within its tolerance (1e-4) that meets
+    the target; the same question (a resumed run's history given as lists) is answered from memory.
+    A history that leaves too little for unsampled steps (their bracket) still calibrates."""
+    history, q, steps, target = ((0.1, 6.0, 10),), 0.1, 10, 0.4
     z = acc.RDP.calibrate(target, 1e-3, q, steps, history)
-    assert z == pytest.approx(reference, abs=2e-4)
     assert acc.RDP.epsilon([*history, (q, z, steps)], 1e-3) <= target
     assert acc.RDP.epsilon([*history, (q, z - 2e-4, steps)], 1e-3) > target
 
@@ -220,6 +214,11 @@ def test_calibration_agrees_with_dp_accountings_search_and_is_remembered(monkeyp
         def _bracket(self, *args):
             return 3 * z, 4 * z
     assert WrongBracket().calibrate(target, 1e-3, q, steps, history) == pytest.approx(z, abs=2e-4)
+
+    nearly_spent = ((0.1, 1.0255927954803428, 10),)  # epsilon 1.99997 of 2 at delta 1e-3
+    assert 1.9999 < acc.RDP.epsilon(nearly_spent, 1e-3) < 2.0
+    z_left = acc.RDP.calibrate(2.0, 1e-3, 0.1, 20, nearly_spent)
+    assert acc.RDP.epsilon([*nearly_spent, (0.1, z_left, 20)], 1e-3) <= 2.0
 
     def recomputed(*args):
         raise AssertionError("calibration recomputed a question it has answered")

@@ -258,7 +258,10 @@ class RdpAccounting(Accountant):
         # Below, subsampling scales the needed noise by about q (the search widens if it does not).
         if q >= 1:
             return super()._bracket(target_epsilon, delta, q, steps, history)
-        unsampled = self.calibrate(target_epsilon, delta, 1.0, steps, history)
+        try:
+            unsampled = self.calibrate(target_epsilon, delta, 1.0, steps, history)
+        except ConfigError:  # a history that leaves too little for unsampled steps (subsampled ones may fit)
+            return super()._bracket(target_epsilon, delta, q, steps, history)
         return max(1e-3, unsampled * q / 2), unsampled
 
     def _epsilon(self, segments: Iterable[Segment], delta: float) -> float:
