@@ -139,19 +139,30 @@ def test_steps_within_a_budget_under_each_scheme():
 
 
 # -- the PLD accountant (`get_accountant("pld")`) ---------------------------------------------------
+def acc_event(q, z, steps):
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)),
+                                             steps)
+
+
 def _independent_pld(q, z, steps, delta):
     acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                                          value_discretization_interval=1e-4)
+                                          value_discretization_interval=1e-3)
     acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps)
     return acc.get_epsilon(delta)
 
 
 def test_pld_epsilon_equals_dp_accounting_and_is_tighter_than_rdp():
+    """At the documented discretisation (1e-3, pessimistic): within 0.1 % of dp_accounting's default 1e-4,
+    never below it (both are upper bounds; the coarser one is 5-10x faster)."""
     from tfpriv.privacy.accounting import get_accountant
     segments = [(0.01, 1.1, 300), (0.01, 2.0, 200)]
     pld = get_accountant("pld").epsilon(segments, 1e-5)
+    finer = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                            value_discretization_interval=1e-4)
+    finer.compose(dp_accounting.ComposedDpEvent([acc_event(q, z, n) for q, z, n in segments]))
+    assert finer.get_epsilon(1e-5) <= pld <= 1.001 * finer.get_epsilon(1e-5)
     acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                                          value_discretization_interval=1e-4)
+                                          value_discretization_interval=1e-3)
     for q, z, n in segments:
         acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
     assert pld == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)

@@ -10,7 +10,7 @@ for any other batches, one such Gaussian per epoch for tfpriv's shuffler. Steps 
 resumed run continues its epsilon instead of restarting it.
 The same events are converted to (epsilon, delta) by an `Accountant` of the registry
 `ACCOUNTANTS`: "rdp" (default, TF Privacy's orders) or "pld" (privacy-loss distributions: tighter;
-discretised at 1e-4, pessimistic rounding, so still an upper bound); `get_accountant(name)`.
+discretised at 1e-3, pessimistic rounding, so still an upper bound); `get_accountant(name)`.
 """
 from __future__ import annotations
 
@@ -114,7 +114,10 @@ def training_event(segments: Iterable[Segment]) -> dp_accounting.DpEvent:
     return dp_accounting.ComposedDpEvent(events) if events else dp_accounting.NoOpDpEvent()
 
 
-PLD_DISCRETIZATION = 1e-4
+# dp_accounting's default is 1e-4; 1e-3 states at most 0.1 % more epsilon on the committed experiments'
+# events (0.4306 -> 0.4310 at 234 steps, q = 256/60000, z = 0.97) and computes 5-10x faster (a run's
+# statement, each epoch's epsilon and every calibration step use it).
+PLD_DISCRETIZATION = 1e-3
 
 
 class Accountant:
