@@ -226,8 +226,9 @@ def test_calibration_on_a_history_ends_within_tolerance_from_below_and_is_rememb
             return 3 * z, 4 * z
     assert WrongBracket().calibrate(target, 1e-3, q, steps, history) == pytest.approx(z, abs=2e-4)
 
-    nearly_spent = ((0.1, 1.0255927954803428, 10),)  # epsilon 1.99997 of 2 at delta 1e-3
-    assert 1.9999 < acc.RDP.epsilon(nearly_spent, 1e-3) < 2.0
+    nearly_spent = ((0.1, acc.RDP.calibrate(2.0, 1e-3, 0.1, 10), 10),)  # a first epoch that spent its target
+    with pytest.raises(ConfigError, match="even an effective noise multiplier of 1000"):
+        acc.RDP.calibrate(2.0, 1e-3, 1.0, 20, nearly_spent)  # what is left is too little for unsampled steps
     z_left = acc.RDP.calibrate(2.0, 1e-3, 0.1, 20, nearly_spent)
     assert acc.RDP.epsilon([*nearly_spent, (0.1, z_left, 20)], 1e-3) <= 2.0
 
