@@ -147,7 +147,7 @@ class Accountant:
 
     def epsilon(self, segments: Iterable[Segment], delta: float) -> float:
         """(epsilon at delta) of the composition of Poisson-sampled Gaussian segments; remembered per
-        accountant (a run's statement, results and export state the same epsilon; PLD takes ~1 s)."""
+        accountant (a run's statement, results, export and each epoch's log state the same epsilon)."""
         segments = tuple((float(q), float(noise), int(steps)) for q, noise, steps in segments)
         with _quiet_orders():
             return self._remembered_epsilon(segments, float(delta))
