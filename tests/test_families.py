@@ -27,11 +27,10 @@ from tfpriv.jobs.job import Job, Synthesis
 from tfpriv.jobs.schema import PrivateSettings, setting
 from tfpriv.jobs.pipeline import Built, TrainingRun
 from tfpriv.jobs.serving import N, SEED, Serving, function, seed_pair
-from tfpriv.tuning.family import FamilyTuning
+from tfpriv.tuning.space import FamilyTuning, Objective
 from tfpriv.privacy.terms import LossTerms, TermSpec
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.dp_model import DPModel
-from tfpriv.tuning.tuner import Objective
 
 CENTRE_FILE = "toy_centre.npy"
 SAMPLE_STD = 0.1

@@ -2,8 +2,9 @@
 
 tfpriv is written against the Keras 2 API. TensorFlow 2.15's `tf.keras` is Keras 2; from
 TensorFlow 2.16 on, `tf.keras` is Keras 3 and Keras 2 is the separate `tf_keras` package (same
-version as TensorFlow). This module imports the right one directly, so tfpriv never reads or sets
-`TF_USE_LEGACY_KERAS`, and the user's `tf.keras` and `keras` (Keras 3) stay what they were.
+version as TensorFlow). This module imports the right one directly, so the library never reads or sets
+`TF_USE_LEGACY_KERAS`, and the user's `tf.keras` and `keras` (Keras 3) stay what they were (the command
+line's own process sets it, `tfpriv.cli.launch`).
 
 A user's model may also be a Keras 3 model (`import keras`, TensorFlow backend). tfpriv never imports
 Keras 3 itself: `keras3()` is the module only once the user has imported it (a Keras 3 model cannot

@@ -18,7 +18,8 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DEFAULT_ORDERS, RDP, training_event
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.training.results import write_results
-from tfpriv.tuning.tuner import Objective, TuningJob, job_epsilon_from_rdp, rdp_epsilon, worst_rdp
+from tfpriv.tuning.space import Objective
+from tfpriv.tuning.tuner import TuningJob, job_epsilon_from_rdp, rdp_epsilon, worst_rdp
 
 N = 128
 Z = 1.2

@@ -20,23 +20,24 @@ import json
 import math
 import os
 import re
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import dp_accounting
 from absl import flags
 
-from keras_tuner.src.distribute import utils as dist_utils
 
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.cli.flags import (CONTROL_FLAGS, DEFINE_boolean, DEFINE_float, DEFINE_integer,  # tfpriv's flags
                               DEFINE_string, FLAGS, flag_message, settings_from_flags, user_set)
 from tfpriv.jobs.job import Job
 from tfpriv.jobs.pipeline import check_privacy_flags
-from tfpriv.tuning.family import FamilyTuning
+from tfpriv.tuning.space import FamilyTuning, privacy_configurations
 from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import DISTRIBUTIONS, TrialCount
 from tfpriv.run_folder import PRIVATE_DIR, TRIALS_DIR
-from tfpriv.tuning.tuner import TUNERS, TuningJob, privacy_configurations
+
+if TYPE_CHECKING:
+    from tfpriv.tuning.tuner import TuningJob
 
 DEFINE_boolean("tune", False, "Tune hyperparameters: run trials (normal runs of this job, kept private in "
                "OUTPUT_DIR/private/trials/<id>) and release the best one (OUTPUT_DIR/best) and OUTPUT_DIR/tuning.json "
@@ -192,6 +193,8 @@ def extreme_points(space: Mapping[str, Mapping]) -> list[dict]:
 
 def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = FLAGS) -> TuningJob:
     """The tuning job of the command line, every flag checked and every trial planned."""
+    # keras-tuner (and Keras 3 with it) loads only for --tune, not on every start of the command line.
+    from tfpriv.tuning.tuner import TUNERS, TuningJob, is_worker
     family: FamilyTuning | None = getattr(job, "tuning", None)
     if family is None or job.training_run is None:
         raise UsageError(f"--tune: not available for --model={settings.model}")
@@ -249,11 +252,6 @@ def build(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = F
     except ConfigError as exc:
         raise UsageError(_as_flag(exc)) from None
     return tuning
-
-
-def is_worker() -> bool:
-    """A keras-tuner worker (KERASTUNER_ORACLE_IP set, KERASTUNER_TUNER_ID not a chief)."""
-    return dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
 
 
 def tune(job: Job, settings, output_dir: str, flag_values: flags.FlagValues = FLAGS) -> dict:

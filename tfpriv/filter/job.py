@@ -34,10 +34,9 @@ from tfpriv.jobs import pipeline, schema
 from tfpriv.jobs.job import Family, Job, register
 from tfpriv.jobs.pipeline import Built, progress
 from tfpriv.jobs.schema import PrivateSettings, need, setting
-from tfpriv.tuning.family import FamilyTuning
+from tfpriv.tuning.space import NEUTRAL_KEYS, FamilyTuning, Objective
 from tfpriv.run_folder import CHECKPOINTS_DIR, FILTER_DIR, PRIVACY_PLAN_FILE, STAGE1_DIR, VAE_DIR
 from tfpriv.training.results import guarantee
-from tfpriv.tuning.tuner import NEUTRAL_KEYS, Objective
 
 DEFAULT_TASKS = {  # dataset -> (private, utility, non-target)
     "mnist": ("digit_ge5", "parity", "circle"),

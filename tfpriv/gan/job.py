@@ -24,9 +24,8 @@ from tfpriv.jobs import pipeline, schema
 from tfpriv.jobs.job import Family, Job, Synthesis, register
 from tfpriv.jobs.pipeline import Built, progress
 from tfpriv.jobs.schema import Derived, PrivateSettings, need, setting
-from tfpriv.tuning.family import FamilyTuning
+from tfpriv.tuning.space import FamilyTuning, Objective
 from tfpriv.run_folder import GAN_CONFIG_FILE, GENERATOR_FILE, PROGRESS_FILE
-from tfpriv.tuning.tuner import Objective
 
 MODELS = ("dpwgan_gp", "dpgan")
 IMAGE_DATASETS = ("mnist", "fashion_mnist")

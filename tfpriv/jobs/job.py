@@ -45,7 +45,7 @@ class Job:
     flag_names: Mapping[str, str] = dataclasses.field(default_factory=dict)  # library parameter -> flag
     checkpoint_subdir: str = CHECKPOINTS_DIR  # where a run's checkpoints are, relative to --output_dir
     summary: str = ""
-    tuning: Any = None  # `--tune`'s defaults: a `tfpriv.tuning.family.FamilyTuning` (space, objectives)
+    tuning: Any = None  # `--tune`'s defaults: a `tfpriv.tuning.space.FamilyTuning` (space, objectives)
 
     @property
     def name(self) -> str:

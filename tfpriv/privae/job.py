@@ -18,17 +18,15 @@ from tfpriv.jobs import schema
 from tfpriv.jobs.job import Family, Job, Synthesis, register
 from tfpriv.jobs.pipeline import Built, progress
 from tfpriv.jobs.schema import PrivateSettings, setting
-from tfpriv.tuning.family import FamilyTuning
+from tfpriv.tuning.space import FamilyTuning, Objective
 from tfpriv.privae import serving
 from tfpriv.privae.architectures import (CONV_ENCODER_UNITS, PINWHEEL_ANCHORS, PINWHEEL_HIDDEN, build_architecture,
                                          parse_hidden)
 from tfpriv.privae.divergences import make_divergence
 from tfpriv.privae.evaluation import encode_all, evaluate_vae
-from tfpriv.privae.plots import image_grid, pinwheel_figure
 from tfpriv.privae.priors import GaussianMixture, make_prior
 from tfpriv.privae.vae import VAE, VAE_CONFIG, load_vae
 from tfpriv.run_folder import VAE_DIR
-from tfpriv.tuning.tuner import Objective
 
 DEFAULT_LATENT = {"digits": 8, "mnist": 50, "fashion_mnist": 50, "pinwheel": 2, "adult": 10, "abalone": 4}
 OPTIMIZERS = ("sgd", "adam")
@@ -193,18 +191,19 @@ def build_vae(s: PriVAESettings, dataset, latent_dim: int) -> VAE:
 
 
 def _figures(s, vae: VAE, dataset, output_dir: str) -> None:
+    from tfpriv.privae import plots  # matplotlib: only when a run draws (0.5 s of every start otherwise)
     if dataset.kind == "points":
         mean, _ = encode_all(vae, dataset.x_test)
         recon = vae.decode(tf.convert_to_tensor(mean)).numpy()
         means = vae.prior.means if isinstance(vae.prior, GaussianMixture) else None
-        pinwheel_figure(dataset.x_test, recon, mean, os.path.join(output_dir, "pinwheel.png"),
+        plots.pinwheel_figure(dataset.x_test, recon, mean, os.path.join(output_dir, "pinwheel.png"),
                         title=f"{s.aggregation}, regularizer={s.regularizer}", prior_means=means)
     elif dataset.kind == "image":
-        image_grid(vae.sample(64, seed=0).numpy(), os.path.join(output_dir, "samples.png"), title="samples")
+        plots.image_grid(vae.sample(64, seed=0).numpy(), os.path.join(output_dir, "samples.png"), title="samples")
         x = dataset.x_test[:32]
         recon = vae(tf.convert_to_tensor(x)).numpy()
         pairs = np.stack([x, recon], axis=1).reshape([-1, *x.shape[1:]])
-        image_grid(pairs, os.path.join(output_dir, "reconstructions.png"), rows=8, title="data | reconstruction")
+        plots.image_grid(pairs, os.path.join(output_dir, "reconstructions.png"), rows=8, title="data | reconstruction")
 
 
 def run(settings: PriVAESettings, output_dir: str) -> dict:
@@ -217,9 +216,10 @@ def sample(settings: PriVAESettings, output_dir: str) -> dict:
     path = os.path.join(output_dir, VAE_DIR)
     if not os.path.isfile(os.path.join(path, VAE_CONFIG)):
         raise UsageError(f"--output_dir: {output_dir} holds no trained VAE (missing vae/vae.json)")
+    from tfpriv.privae import plots
     x = load_vae(path).sample(settings.num_samples, seed=settings.seed).numpy()
     return pipeline.write_samples(output_dir, {"x": x}, x if x.ndim == 4 else None,
-                                  grid=lambda images, png, _: image_grid(images[:100], png))
+                                  grid=lambda images, png, _: plots.image_grid(images[:100], png))
 
 
 # --tune: the default search space and the objectives (metrics of results.json, evaluated on held-out data).

@@ -29,7 +29,8 @@ from tfpriv.privacy.accounting import training_event
 from tfpriv.privacy.tuning import TrialCount
 from tfpriv.run_folder import RESULTS_FILE
 from tfpriv.training.dp_model import DPTraining
-from tfpriv.tuning.tuner import NEUTRAL_KEYS, Objective, TuningJob, define, privacy_configurations
+from tfpriv.tuning.space import NEUTRAL_KEYS, Objective, privacy_configurations
+from tfpriv.tuning.tuner import TuningJob, define
 
 MODEL_FILE = "model.keras"  # the trained Keras model of a trial (`keras.models.load_model`)
 

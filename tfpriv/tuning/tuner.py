@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import os
 import shutil
 import time
-from typing import Callable, Mapping
+from typing import Callable
 
 import dp_accounting
 import keras_tuner as kt
@@ -61,10 +60,9 @@ from tfpriv.run_folder import (BEST_DIR, PRIVATE_DIR, RESULTS_FILE, SAVED_MODEL_
                                TUNING_FILE, TUNING_PLAN_FILE, TUNING_TRIAL_FILE)
 from tfpriv.tuning.best_run import copy_best_run
 from tfpriv.tuning.console import console_to
+from tfpriv.tuning.space import NEUTRAL_KEYS, Objective, Space, check_space, privacy_configurations
 
 TUNERS = ("random", "bayesian", "hyperband")
-# Hyperparameters that never change a trial's privacy event (noise std scales with the clip norm).
-NEUTRAL_KEYS = ("learning_rate", "l2_norm_clip")
 # The folders and files: tfpriv/run_folder.py. Released: OUTPUT_DIR/tuning.json (the best trial's values and score, the job's epsilon) and
 # OUTPUT_DIR/best (a copy of the best trial's run). Kept private, outside epsilon: OUTPUT_DIR/private,
 # with K (tuning_plan.json), every trial's run (trials/<trial id>), keras-tuner's oracle state and
@@ -72,70 +70,13 @@ NEUTRAL_KEYS = ("learning_rate", "l2_norm_clip")
 # Released only by the adaptive tuners, whose epsilon (composition) covers every trial.
 COUNT_KEYS = ("trials_run", "epsilon_naive_composition")
 
-Space = Mapping[str, Mapping]
 TrialFn = Callable[[dict, str], dict]
 EventFn = Callable[[dict], dp_accounting.DpEvent]
 
 
-# Where an objective's metrics are computed from: the test split, or data declared public (outside
-# the training set) may choose among private trials; "private" (fitted or measured on the training
-# data, or undeclared) only among non-private ones.
-READS = ("test", "public", "private")
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-    """What the tuner optimises: a weighted sum of metrics of the run's results.json, and the data
-    those metrics read (`reads`, one of `READS`; undeclared is "private")."""
-
-    name: str
-    direction: str = "max"
-    weights: Mapping[str, float] | None = None  # metric -> weight; default {name: 1}
-    reads: str = "private"
-
-    def __post_init__(self):
-        if self.direction not in ("min", "max"):
-            raise ConfigError(f"direction: must be min or max, got {self.direction!r}")
-        if self.reads not in READS:
-            raise ConfigError(f"objective: {self.name}: reads must be one of {', '.join(READS)}, got {self.reads!r}")
-
-    @property
-    def terms(self) -> Mapping[str, float]:
-        return self.weights or {self.name: 1.0}
-
-    def score(self, results: dict) -> float:
-        metrics = results.get("metrics", {})
-        missing = sorted(k for k in self.terms if k not in metrics)
-        if missing:
-            raise ConfigError(f"objective: {self.name} needs the metrics {', '.join(missing)}, which the run's "
-                              "results.json does not have")
-        return float(sum(w * float(metrics[k]) for k, w in self.terms.items()))
-
-
-def check_space(space: Space, neutral: tuple[str, ...] = NEUTRAL_KEYS) -> None:
-    """A space maps names to {"type": "float"|"int", "min", "max"[, "log"]} or {"type": "choice", "values"}."""
-    if not space:
-        raise ConfigError("space: is empty; give at least one hyperparameter")
-    for name, spec in space.items():
-        kind = spec.get("type") if isinstance(spec, Mapping) else None
-        if kind == "choice":
-            if not isinstance(spec.get("values"), (list, tuple)) or not spec["values"]:
-                raise ConfigError(f"space.{name}: a choice needs a non-empty 'values' list")
-            if len({type(v) for v in spec["values"]}) > 1 or type(spec["values"][0]) not in (bool, int, float, str):
-                raise ConfigError(f"space.{name}: a choice's values must be numbers, strings or booleans, all of one "
-                                  f"type (keras-tuner's rule), got {list(spec['values'])}")
-        elif kind in ("float", "int"):
-            number = int if kind == "int" else (int, float)
-            bounds = [spec.get("min"), spec.get("max")]
-            if not all(isinstance(v, number) and not isinstance(v, bool) for v in bounds) or bounds[0] > bounds[1]:
-                raise ConfigError(f"space.{name}: a {kind} range needs {kind} min <= max, got {dict(spec)}")
-            if spec.get("log") and not spec["min"] > 0:
-                raise ConfigError(f"space.{name}: a log range needs min > 0, got {spec['min']}")
-            if name not in neutral:
-                raise ConfigError(f"space.{name}: may change a trial's privacy, so it must be a choice (the job's "
-                                  f"epsilon is the worst case over the choices); ranges only for {', '.join(neutral)}")
-        else:
-            raise ConfigError(f"space.{name}: type must be float, int or choice, got {kind!r}")
+def is_worker() -> bool:
+    """A keras-tuner worker (KERASTUNER_ORACLE_IP set, KERASTUNER_TUNER_ID not a chief)."""
+    return dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
 
 
 def define(hp: kt.HyperParameters, space: Space) -> dict:
@@ -149,12 +90,6 @@ def define(hp: kt.HyperParameters, space: Space) -> dict:
         else:
             values[name] = hp.Int(name, spec["min"], spec["max"], sampling="log" if spec.get("log") else "linear")
     return values
-
-
-def privacy_configurations(space: Space, neutral: tuple[str, ...] = NEUTRAL_KEYS) -> list[dict]:
-    """Every combination of the space's choices that may change a trial's privacy event."""
-    keys = sorted(k for k, spec in space.items() if spec["type"] == "choice" and k not in neutral)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(space[k]["values"] for k in keys))]
 
 
 def worst_rdp(events: list[dp_accounting.DpEvent]) -> np.ndarray:
@@ -311,7 +246,7 @@ class TuningJob:
         """Runs the job (or, in distributed tuning, this process's part of it). The chief or a single
         process writes private/tuning.json (every trial, K) and what the job releases (`release`),
         and returns the released record; a worker returns its role and tuner id (its trials: private/)."""
-        worker = dist_utils.has_chief_oracle() and not dist_utils.is_chief_oracle()
+        worker = is_worker()
         if not worker:  # the chief (or a single process) accounts the job and refuses before any output
             self.check_objective()
         os.makedirs(output_dir, exist_ok=True)
