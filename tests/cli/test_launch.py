@@ -37,5 +37,5 @@ def test_the_command_line_loads_neither_keras3_nor_keras_tuner(tmp_path):
     assert not report["loaded"]["keras_tuner"]  # only --tune imports it
     if tf_version() >= KERAS3_TF:
         assert report == {"loaded": {"keras": False, "keras_tuner": False}, "legacy_keras": "1"}
-    else:  # TF 2.15: tf.keras is Keras 2 (the `keras` package); the variable stays unset
+    else:  # TF 2.15: Keras 2 is the `keras` package itself; the variable stays unset
         assert report["legacy_keras"] is None
