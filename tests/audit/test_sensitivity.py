@@ -105,10 +105,10 @@ def test_leaky_micro_step_is_flagged_and_within_2b_max_minus_1():
 
 
 def test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity():
-    """b = 2 partitions of 4: the change stays within sqrt(5) (ratio <= 1) but exceeds sqrt(2): multi-example
-    partitions move by more than C2, so accounting them as singletons (one C2) would under-noise."""
-    result = run_case(Case("vae", "termwise", 2, "sparse", "mmd"), vae_hidden=(), scales=(10.0, 1000.0),
-                      ascent_steps=5, ascent_starts=2)  # the audit's default search (3 steps from 1 start: 1.235)
+    """b = 2 partitions of a batch of 4 (sizes 1 and 3): the change stays within sqrt(5) (ratio <= 1) but
+    exceeds sqrt(2) (1.537, an N(0, 1) example joining the partition of 1): multi-example partitions move by
+    more than C2, so accounting them as singletons (one C2) would under-noise."""
+    result = run_case(Case("vae", "termwise", 2, "sparse", "mmd"), **FAST)
     assert result["declared_sensitivity"] == pytest.approx(math.sqrt(5))
     assert result["max_sensitivity_ratio"] <= 1 + TOLERANCE, result["worst_neighbour"]
     assert {"remove", "scaled", "random", "optimised"} <= set(result["max_ratio_by_kind"])
@@ -118,8 +118,7 @@ def test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity():
 def test_batch_wise_noise_left_off_a_reached_variable_is_flagged(monkeypatch):
     """Leaky control for the reach-restricted noise: an engine that gives the encoder (which the MMD reaches)
     only the sample-wise noise. The audit counts a psi sum released there as part of the sample-wise block.
-    The same case with the honest engine (on a batch of 8) passes:
-    test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity."""
+    The same case with the honest engine passes: test_termwise_within_sqrt5_but_beyond_the_singleton_sensitivity."""
     from tfpriv.privacy.engine import DPGradientEngine
     case = Case("vae", "termwise", 2, "sparse", "mmd")
     monkeypatch.setattr(DPGradientEngine, "_fix_psi_reaches",
