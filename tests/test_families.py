@@ -189,7 +189,9 @@ def main(argv):
 
     run_dir = argv[1]
     x = load_dataset("digits").x_train[:64]  # one batch (q = 1): no subsampled Gaussian to calibrate
-    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=64, latent_dim=2, seed=0).fit(x)
+    # a small private VAE: per-example clipping of a normal-prior VAE without a batch-wise term
+    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=64, latent_dim=2, aggregation="micro",
+                               regularizer="none", prior="normal", seed=0).fit(x)
     synth.save(run_dir)
     loaded = tfpriv.load(run_dir)
     exported = export_run(run_dir)
