@@ -170,7 +170,8 @@ def test_a_family_from_outside_tfpriv_tunes(tmp_path, capsys, toy):
 
 
 # A user's absl program with flags of tfpriv's names (--epochs, --batch_size, --seed) on absl's FLAGS:
-# it makes a run folder with the synthesizer, loads it and exports it.
+# it makes a run folder with the synthesizer, loads it and exports it; then it imports the command line
+# and every family and reports which of absl's flags tfpriv's names share and which tfpriv modules define any.
 USER_PROGRAM = """
 import json, sys
 from absl import app, flags
@@ -188,12 +189,20 @@ def main(argv):
 
     run_dir = argv[1]
     x = load_dataset("digits").x_train[:64]  # one batch (q = 1): no subsampled Gaussian to calibrate
-    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=64, latent_dim=2, seed=0).fit(x)
+    # a small private VAE: per-example clipping of a normal-prior VAE without a batch-wise term
+    synth = tfpriv.synthesizer("privae", epsilon=8.0, epochs=1, batch_size=64, latent_dim=2, aggregation="micro",
+                               regularizer="none", prior="normal", seed=0).fit(x)
     synth.save(run_dir)
     loaded = tfpriv.load(run_dir)
     exported = export_run(run_dir)
+    import tfpriv.cli.main
+    from tfpriv import families
+    families.families()
+    from tfpriv.cli.flags import FLAGS as TFPRIV_FLAGS
     print(json.dumps({"user": [FLAGS.epochs, FLAGS.batch_size, FLAGS.seed], "loaded": type(loaded).__name__,
-                      "signatures": sorted(exported["signatures"]), "samples": list(synth.sample(2, seed=0).shape)}))
+                      "signatures": sorted(exported["signatures"]), "samples": list(synth.sample(2, seed=0).shape),
+                      "tfpriv_flags": len(list(TFPRIV_FLAGS)), "shared": sorted(set(FLAGS) & set(TFPRIV_FLAGS)),
+                      "tfpriv_modules": sorted(m for m in FLAGS.flags_by_module_dict() if m.startswith("tfpriv"))}))
 
 
 app.run(main)
@@ -206,22 +215,31 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=600)
 
 
-def test_a_users_absl_program_with_the_same_flag_names_loads_exports_and_synthesizes(tmp_path):
-    proc = run_python(USER_PROGRAM, "--epochs=5", "--batch_size=8", "--seed=7", str(tmp_path / "run"))
+@pytest.fixture(scope="module")
+def user_program(tmp_path_factory):
+    """The user's program run once with its own --epochs=5 --batch_size=8 --seed=7: (process, run folder)."""
+    run_dir = tmp_path_factory.mktemp("user_program") / "run"
+    return run_python(USER_PROGRAM, "--epochs=5", "--batch_size=8", "--seed=7", str(run_dir)), run_dir
+
+
+def user_program_output(proc: subprocess.CompletedProcess) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]  # was DuplicateFlagError: the family modules defined --epochs
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_users_absl_program_with_the_same_flag_names_loads_exports_and_synthesizes(user_program):
+    proc, run_dir = user_program
+    out = user_program_output(proc)
     assert out["user"] == [5, 8, 7]  # the user's flags are the user's
     assert out["signatures"] and out["samples"][0] == 2
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    results = json.loads((run_dir / "results.json").read_text())
     assert results["epochs"] == 1  # the user's --epochs=5 did not reach the synthesizer's settings
 
 
-def test_importing_tfpriv_defines_no_absl_flag():
-    code = ("import json\nfrom absl import flags\nimport tfpriv\nfrom tfpriv import families\n"
-            "import tfpriv.cli.main\nfamilies.families()\nfrom tfpriv.cli.flags import FLAGS\n"
-            "print(json.dumps([len(list(FLAGS)), sorted(set(flags.FLAGS) & set(FLAGS)),\n"
-            "                  sorted(m for m in flags.FLAGS.flags_by_module_dict() if m.startswith('tfpriv'))]))")
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    defined, in_absl, modules = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert defined > 100 and in_absl == [] and modules == []
+def test_importing_tfpriv_defines_no_absl_flag(user_program):
+    """After tfpriv, its command line (`tfpriv.cli.main`) and every family are imported, absl's flags that
+    have a name of tfpriv's flags are the user program's own three, and no tfpriv module defines an absl flag."""
+    out = user_program_output(user_program[0])
+    assert out["tfpriv_flags"] > 100, out
+    assert out["shared"] == ["batch_size", "epochs", "seed"], out  # the user's (their values above), none of tfpriv's
+    assert out["tfpriv_modules"] == [], out

@@ -71,15 +71,31 @@ def tiny_images(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return rng.uniform(size=(n, 28, 28, 1)).astype(np.float32), np.arange(n) % 10
 
 
-def test_the_selected_epochs_averaged_weights_are_the_ones_kept():
-    images, labels = tiny_images(40)
+@pytest.fixture(scope="module")
+def selected_run():
+    """One 3-epoch `train_and_select` of a depth-8 ResNet with two steps per epoch (batch 256) whose
+    selection picks epoch 2: (selected epoch, the weights held at each offer, the weights kept, each
+    step's learning rate)."""
+    images, labels = tiny_images(260)  # two steps per epoch at batch 256
     model = resnet(depth=8, seed=0)
     selection = RecordingSelection(model, pick=2)
+    rates = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            rates.append(float(self.model.optimizer.learning_rate))
+
+    fit = model.fit
+    model.fit = lambda *args, **kwargs: fit(*args, **{**kwargs, "callbacks": kwargs["callbacks"] + [Record()]})
     epoch = dpimagebench.train_and_select(model, images, labels, images[:10], labels[:10], selection, epochs=3)
-    assert epoch == 2 and len(selection.seen) == 3
-    kept = model.get_weights()
-    assert all(np.array_equal(a, b) for a, b in zip(kept, selection.seen[1]))
-    assert not all(np.array_equal(a, b) for a, b in zip(kept, selection.seen[2]))
+    return epoch, selection.seen, model.get_weights(), rates
+
+
+def test_the_selected_epochs_averaged_weights_are_the_ones_kept(selected_run):
+    epoch, seen, kept, _ = selected_run
+    assert epoch == 2 and len(seen) == 3
+    assert all(np.array_equal(a, b) for a, b in zip(kept, seen[1]))
+    assert not all(np.array_equal(a, b) for a, b in zip(kept, seen[2]))
 
 
 def test_evaluate_records_each_classifier_and_the_selections_epsilon():
@@ -121,18 +137,7 @@ def test_the_learning_rate_steps_at_the_sources_fractions_of_the_run(epochs, ste
     assert dpimagebench.lr_step_epochs(epochs) == step
 
 
-def test_every_step_of_an_epoch_uses_that_epochs_rate():
+def test_every_step_of_an_epoch_uses_that_epochs_rate(selected_run):
     """Epochs 1, 2, 3 of a 3-epoch run at 0.01, 0.002, 0.0004, from the epoch's first step (torch's StepLR)."""
-    images, labels = tiny_images(512)  # two steps per epoch at batch 256
-    model = resnet(depth=8, seed=0)
-    rates = []
-
-    class Record(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            rates.append(float(self.model.optimizer.learning_rate))
-
-    fit = model.fit
-    model.fit = lambda *args, **kwargs: fit(*args, **{**kwargs, "callbacks": kwargs["callbacks"] + [Record()]})
-    dpimagebench.train_and_select(model, images, labels, images[:10], labels[:10], RecordingSelection(model, 1),
-                                  epochs=3)
+    rates = selected_run[3]
     np.testing.assert_allclose(rates, [0.01, 0.01, 0.002, 0.002, 0.0004, 0.0004], rtol=1e-6)

@@ -92,7 +92,7 @@ def test_ship_writes_weights_that_load_by_layer_order_and_the_record(monkeypatch
     monkeypatch.setattr(tf.config.experimental, "enable_op_determinism", lambda: calls.append("deterministic"))
     small = mc.train_classifier
     monkeypatch.setattr(mc, "train_classifier", lambda dataset, data_dir, verbose: small(
-        dataset, data_dir, epochs=1, max_train_examples=600))
+        dataset, data_dir, epochs=1, max_train_examples=128))  # one training step
     first_test_images(monkeypatch, 100)  # its accuracy is recorded, not checked
     info = mc.ship("mnist", str(data_dir), tmp_path)
     assert calls == ["deterministic"]
