@@ -89,11 +89,16 @@ def _three_classes(n: int, bad: dict[int, int] | None = None, softmax: bool = Fa
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.layers.Input([4]), keras.layers.Dense(5, activation="tanh"),
                                  keras.layers.Dense(3, activation="softmax" if softmax else None)])
+    return (model, *_three_class_data(n, bad))
+
+
+def _three_class_data(n: int, bad: dict[int, int] | None = None):
+    """`_three_classes`' n examples of 4 features and their labels i % 3 except `bad` {row: label}."""
     x = np.random.default_rng(1).normal(size=(n, 4)).astype(np.float32)
     y = np.arange(n) % 3
     for row, label in (bad or {}).items():
         y[row] = label
-    return model, x, y
+    return x, y
 
 
 def _private(model, loss, n, clipping="fast", **kwargs):
@@ -101,13 +106,31 @@ def _private(model, loss, n, clipping="fast", **kwargs):
     return tfpriv.make_private(model, loss, config, num_examples=n, batch_size=n, **kwargs)  # q = 1: all sampled
 
 
+@pytest.fixture(scope="module")
+def three_class_private():
+    """Per clipping path, a `_private` `_three_classes` MLP on 8 examples compiled with SGD, and its
+    initial weights: built (and its step traced) once for both out-of-range labels. Each case restores
+    the initial weights before it fits, so no case sees another's training."""
+    built = {}
+
+    def get(clipping):
+        if clipping not in built:
+            model, _, _ = _three_classes(8)
+            dp_model = _private(model, LOSS, 8, clipping)
+            dp_model.compile(optimizer="sgd")
+            built[clipping] = dp_model, model.get_weights()
+        return built[clipping]
+    return get
+
+
 @pytest.mark.parametrize("label", [7, -1])
 @pytest.mark.parametrize("clipping", CLIPPINGS)
-def test_an_out_of_range_label_is_dropped_like_a_non_finite_example(clipping, label):
+def test_an_out_of_range_label_is_dropped_like_a_non_finite_example(clipping, label, three_class_private):
     n, bad = 8, 2
-    model, x, y = _three_classes(n, {bad: label})
-    dp_model = _private(model, LOSS, n, clipping)
-    dp_model.compile(optimizer="sgd")
+    dp_model, initial = three_class_private(clipping)
+    model = dp_model.model
+    model.set_weights(initial)
+    x, y = _three_class_data(n, {bad: label})
     history = dp_model.fit(x, y, epochs=2, verbose=0)                       # used to abort the step
     assert history.history["dropped"] == [1.0, 1.0] and np.all(np.isfinite(model.get_weights()[0]))
     engine, keep = dp_model.engine, np.arange(n) != bad
@@ -205,26 +228,42 @@ def test_a_mixed_precision_model_is_refused_in_one_line(policy, kerases):
         _private(model, module.losses.SparseCategoricalCrossentropy(from_logits=True), N)
 
 
+@pytest.fixture(scope="module")
+def embedding_private():
+    """Per model API (functional or Sequential), a `make_private` Embedding -> pooling -> Dense model on
+    16 examples compiled with SGD, and its initial weights: built (and its step traced) once for both
+    out-of-range ids. Each case restores the initial weights before it fits."""
+    built = {}
+
+    def get(functional):
+        if functional not in built:
+            keras.utils.set_random_seed(0)
+            if functional:
+                tokens = keras.Input([6], dtype="int32")
+                h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(tokens))
+                model = keras.Model(tokens, keras.layers.Dense(3)(h))
+            else:
+                model = keras.Sequential([keras.Input([6], dtype="int32"), keras.layers.Embedding(50, 4),
+                                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+            config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0)
+            dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy", config, num_examples=16,
+                                           batch_size=16, delta=1e-3)
+            dp_model.compile(optimizer="sgd", metrics=["accuracy"])
+            built[functional] = dp_model, model.get_weights()
+        return built[functional]
+    return get
+
+
 @pytest.mark.parametrize("functional", [False, True])
 @pytest.mark.parametrize("bad_id", [50, -1])
-def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id):
+def test_an_out_of_range_token_id_is_dropped_not_a_crash(functional, bad_id, embedding_private):
     """Leak 3 for token ids: an id outside the Embedding's [0, input_dim) would abort the step in the
     lookup; that example is dropped (counted) and the rest train."""
-    keras.utils.set_random_seed(0)
-    if functional:
-        tokens = keras.Input([6], dtype="int32")
-        h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(tokens))
-        model = keras.Model(tokens, keras.layers.Dense(3)(h))
-    else:
-        model = keras.Sequential([keras.Input([6], dtype="int32"), keras.layers.Embedding(50, 4),
-                                     keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+    dp_model, initial = embedding_private(functional)
+    dp_model.model.set_weights(initial)
     x = np.random.default_rng(0).integers(0, 50, size=(16, 6)).astype(np.int32)
     x[3, 2] = bad_id
     y = np.arange(16) % 3
-    config = tfpriv.DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0)
-    dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy", config, num_examples=16,
-                                   batch_size=16, delta=1e-3)
-    dp_model.compile(optimizer="sgd", metrics=["accuracy"])
     history = dp_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbose=0,
                            sampling="poisson")  # q = 1: every example in every batch
     assert history.history["dropped"] == [1.0]
