@@ -64,13 +64,19 @@ def trial_results(record: dict, out) -> list[dict]:
     return results
 
 
-def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
+def test_random_search_job_writes_trials_the_jobs_epsilon_and_a_console_of_only_what_it_releases(tmp_path):
+    """A random-search job (the real script, at the default verbosity): the drawn K trials, each a
+    run whose results.json matches its record, and the job's epsilon against the independent
+    computation. Issue 46.6: the job's whole console output (stdout and stderr of the process) is the
+    released report (the job's epsilon, the best trial's values and score), nothing of K or the other
+    trials; what the trials printed (keras-tuner's "Search: Running Trial #n" tables, Keras's progress
+    with each trial's epsilon) is in private/."""
     out = tmp_path / "tune"
     count, seed = TrialCount("geometric", 2.0), 0
     k = count.sample(np.random.default_rng(seed))  # the job draws K from --seed: 1 here
-    proc = train_py(f"--output_dir={out}", *TINY, "--tune", "--tuner=random", "--trial_count=geometric",
-                    "--mean_trials=2", f"--search_space={SPACE}", "--objective=reconstruction_error",
-                    f"--seed={seed}", capsys=capsys)
+    proc = subprocess_train_py(f"--output_dir={out}", *(a for a in TINY if a != "--verbose=0"), "--tune",
+                               "--tuner=random", "--trial_count=geometric", "--mean_trials=2",
+                               f"--search_space={SPACE}", "--objective=reconstruction_error", f"--seed={seed}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "private" / "tuning.json").read_text())
     assert record["trials_drawn"] == k == len(record["trials"]) == 1
@@ -82,6 +88,9 @@ def test_random_search_job_writes_trials_and_the_jobs_epsilon(tmp_path, capsys):
     assert released["best"]["values"] == record["best"]["values"] and (out / "best" / "results.json").is_file()
     assert f"epsilon of the whole job = {record['privacy']['epsilon']:.4g}" in proc.stdout
     assert "trials (K =" not in proc.stdout and "naive composition" not in proc.stdout  # K stays private
+    assert proc.stdout == report(str(out), released) + "\n" and proc.stderr == "", "the console is the report only"
+    console = (out / "private" / "console-tuner0.log").read_text()
+    assert "Search: Running Trial #1" in console and "epsilon:" in console, "the trials' output is in private/"
 
 
 def released_strings(value, where=""):
@@ -134,21 +143,6 @@ def test_nothing_under_best_names_a_trial_a_count_or_a_private_path(tmp_path, ca
     assert {**released, "saved_model": None, "privacy_statement": None} == \
         {**original, "saved_model": None, "privacy_statement": None}
     assert tfpriv.load(str(out / "best")) is not None
-
-
-def test_the_jobs_console_shows_only_what_it_releases(tmp_path):
-    """Issue 46.6: a tuning job's whole console output (stdout and stderr of the process, at the
-    default verbosity) is the released report (the job's epsilon, the best trial's values and
-    score), nothing of K or the other trials; what the trials printed (keras-tuner's "Search:
-    Running Trial #n" tables, Keras's progress with each trial's epsilon) is in private/."""
-    out = tmp_path / "tune"
-    proc = subprocess_train_py(f"--output_dir={out}", *(a for a in TINY if a != "--verbose=0"), "--tune",
-                               "--mean_trials=1", f"--search_space={SPACE}")  # K = 1 (geometric, mean 1)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    released = json.loads((out / "tuning.json").read_text())
-    assert proc.stdout == report(str(out), released) + "\n" and proc.stderr == ""
-    console = (out / "private" / "console-tuner0.log").read_text()
-    assert "Search: Running Trial #1" in console and "epsilon:" in console
 
 
 @pytest.mark.parametrize("args,flag", [
