@@ -72,16 +72,16 @@ def test_a_held_out_run_is_rescored_on_its_split_and_every_selection_adds_its_ep
     assert run_main(*args, capsys=capsys)[0] == 0
     again = json.loads((run / rescore.OUTPUT_FILE).read_text())
     assert again["epsilon_selection"] == pytest.approx(3.0) and again["epsilon_total"] == pytest.approx(5.0)
-    # the total is kept with the run's ledger (its checkpoint), not in the re-score's record: deleting the
-    # record, or copying the folder without it, does not restart it (both restarted at 2.5 before)
-    (run / rescore.OUTPUT_FILE).unlink()
-    assert run_main(*args, capsys=capsys)[0] == 0
-    assert json.loads((run / rescore.OUTPUT_FILE).read_text())["epsilon_selection"] == pytest.approx(3.5)
+    # the total is kept with the run's ledger (its checkpoint), not in the re-score's record: a folder without
+    # the record (deleted, or here copied without it: the same folder) does not restart it (both restarted at
+    # 2.5 before)
     copy = shutil.copytree(run, tmp_path / "copy", ignore=shutil.ignore_patterns(rescore.OUTPUT_FILE))
+    assert not (copy / rescore.OUTPUT_FILE).exists()
     assert run_main(f"--run_dir={copy}", *args[1:], capsys=capsys)[0] == 0
-    assert json.loads((copy / rescore.OUTPUT_FILE).read_text())["epsilon_total"] == pytest.approx(6.0)
-    assert read_selection_epsilon(str(copy)) == pytest.approx(4.0) and read_selection_epsilon(str(run)) == 3.5
-    assert len(states) == len(set(states)) == 4, "each selection's noise is fresh, whatever the --seed"
+    assert json.loads((copy / rescore.OUTPUT_FILE).read_text())["epsilon_selection"] == pytest.approx(3.5)
+    assert json.loads((copy / rescore.OUTPUT_FILE).read_text())["epsilon_total"] == pytest.approx(5.5)
+    assert read_selection_epsilon(str(copy)) == pytest.approx(3.5) and read_selection_epsilon(str(run)) == 3.0
+    assert len(states) == len(set(states)) == 3, "each selection's noise is fresh, whatever the --seed"
     # without the checkpoint there is no total to continue: refused, nothing written
     shutil.rmtree(copy / "checkpoints")
     (copy / rescore.OUTPUT_FILE).unlink()
