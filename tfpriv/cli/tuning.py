@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Mapping
 import dp_accounting
 from absl import flags
 
-
 from tfpriv.errors import ConfigError, UsageError
 from tfpriv.cli.flags import (CONTROL_FLAGS, DEFINE_boolean, DEFINE_float, DEFINE_integer,  # tfpriv's flags
                               DEFINE_string, FLAGS, flag_message, settings_from_flags, user_set)
