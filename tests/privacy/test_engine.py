@@ -280,6 +280,26 @@ def test_verify_accepts_the_supported_layers():
     assert engine.verify(models.make_loss_fn(model, shared_twice=True), tf.random.normal([6, 6, 6, 2])) is None
 
 
+def test_verify_takes_each_examples_input_and_variable_rows_in_one_backward_pass(monkeypatch):
+    """The input Jacobian (does an example's loss read other examples?) and the per-example variable
+    Jacobian (the reference norms) come from the same n backward passes, not 2n."""
+    model = models.mlp_model()
+    engine = make_engine(model, spec=models.SAMPLE_ONLY, aggregation="micro", clipping="fast")
+    x = tf.random.stateless_normal([6, 7], seed=[3, 4])
+    passes = []
+    gradient = tf.GradientTape.gradient
+
+    def recorded(tape, target, sources, *args, **kwargs):
+        passes.append(list(tf.nest.flatten(sources)))
+        return gradient(tape, target, sources, *args, **kwargs)
+
+    monkeypatch.setattr(tf.GradientTape, "gradient", recorded)
+    engine.verify(models.make_loss_fn(model), x)
+    reading_x = [sources for sources in passes if any(isinstance(s, tf.Tensor) and s.shape == x.shape for s in sources)]
+    assert len(reading_x) == 6  # one per example
+    assert all({v.ref() for v in engine.variables} <= {s.ref() for s in sources} for sources in reading_x)
+
+
 @pytest.mark.parametrize("aggregation", ["termwise", "micro"])
 @pytest.mark.parametrize("clipped_sum", ["bookkeeping", "reweight"])
 def test_batch_term_reaching_only_part_of_the_model(aggregation, clipped_sum):

@@ -488,12 +488,15 @@ class VectorizedPass(JacobianSums):
     """
 
     def __init__(self, variables: Sequence[tf.Variable], tape: tf.GradientTape, phi: tf.Tensor,
-                 psi: tf.Tensor | None, layout: BatchLayout, batch_size: tf.Tensor, use_pfor: bool = True):
+                 psi: tf.Tensor | None, layout: BatchLayout, batch_size: tf.Tensor, use_pfor: bool = True,
+                 j_phi: Sequence[tf.Tensor] | None = None):
+        """`j_phi`: phi's rows already taken (`jacobian(tape, phi, variables)[0]`), e.g. in the same
+        backward passes as the inputs' rows (`DPGradientEngine.verify`)."""
         self.variables = list(variables)
         self.layout = layout
         self.batch_size = batch_size
         self.phi, self.psi = phi, psi
-        self.j_phi = jacobian(tape, phi, self.variables, use_pfor)[0]
+        self.j_phi = list(j_phi) if j_phi is not None else jacobian(tape, phi, self.variables, use_pfor)[0]
         self.j_psi, self.psi_reaches = (jacobian(tape, psi, self.variables, use_pfor) if psi is not None
                                         else (None, None))
 

@@ -36,7 +36,7 @@ import tensorflow as tf
 from tfpriv.compat import converted
 from tfpriv.errors import ConfigError
 from tfpriv.privacy import pfor_rules, rules
-from tfpriv.privacy.clipping import FastPass, VectorizedPass
+from tfpriv.privacy.clipping import FastPass, VectorizedPass, jacobian
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
 from tfpriv.privacy.per_example import per_example_pass
 from tfpriv.privacy.rng import StreamGenerator, in_step, stream_generator
@@ -546,27 +546,30 @@ class DPGradientEngine:
         float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
         tape, _, phi, psi = self._forward(loss_fn, inputs, layout, watch=float_inputs)
         n = int(batch_size)
-        for x in float_inputs:
-            jac = tape.jacobian(phi, x, experimental_use_pfor=False)
-            if jac is None:
-                continue
+        # The path is compared with per-example Jacobians of the variables: one backward pass per
+        # example gives each example's input rows and variable rows together.
+        compared = self.auto or self.recorder is not None or self.per_example
+        sources = float_inputs + (self.variables if compared else [])
+        rows = jacobian(tape, phi, sources, use_pfor=False)[0] if sources else []
+        for jac in rows[:len(float_inputs)]:
             jac = tf.reshape(jac, [n, n, -1]).numpy()
             off = np.abs(jac).sum(axis=2) * (1 - np.eye(n))
             if off.max() > 1e-6 * max(1.0, np.abs(jac).max()):
                 raise ConfigError(MIXES_EXAMPLES)
         self._check_discrete_locality(loss_fn, inputs, layout)
+        if not compared:
+            return
+        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size, use_pfor=False,
+                              j_phi=rows[len(float_inputs):])
         if self.auto:
-            self._choose_path(loss_fn, inputs, layout, batch_size, tape, phi, psi, rtol)
+            self._choose_path(loss_fn, inputs, layout, batch_size, tape, phi, psi, slow, rtol)
             return
         if self.recorder is not None:
             checked = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
             why = FAST_NOT_EXACT
-        elif self.per_example:
+        else:
             checked, _ = self._per_example_pass(loss_fn, inputs, layout, batch_size)
             why = PER_EXAMPLE_NOT_EXACT
-        else:
-            return
-        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size, use_pfor=False)
         self._compare_norms(checked, slow, psi is not None, rtol, why)
 
     def _check_discrete_locality(self, loss_fn: LossFn, inputs, layout: BatchLayout) -> None:
@@ -602,10 +605,10 @@ class DPGradientEngine:
         scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=1.0))
         return np.isclose(a, b, rtol=1e-5, atol=1e-6 * scale, equal_nan=True)
 
-    def _choose_path(self, loss_fn, inputs, layout: BatchLayout, batch_size, tape, phi, psi, rtol: float) -> None:
-        """`auto`: keeps `fast` if its norms equal the per-example Jacobian's, else switches to
+    def _choose_path(self, loss_fn, inputs, layout: BatchLayout, batch_size, tape, phi, psi,
+                     slow: VectorizedPass, rtol: float) -> None:
+        """`auto`: keeps `fast` if its norms equal the per-example Jacobian's (`slow`), else switches to
         `per_example` if its norms do (else refuses); prints one line saying which path each layer takes."""
-        slow = VectorizedPass(self.variables, tape, phi, psi, layout, batch_size, use_pfor=False)
         with pfor_rules.paths_taken() as taken:
             fast = FastPass(self.recorder, self.variables, tape, phi, psi, layout, batch_size, 1.0)
             try:
