@@ -41,6 +41,57 @@ def test_rdp_epsilon_is_dp_accountings_composition_of_the_training_event_to_the_
         assert acc.RDP.epsilon(segments, delta) == reference  # from the cache
 
 
+# Settings spanning the regimes of the minimum over orders: a first epoch at a large rate, many steps
+# at a small one (integer optimum), epsilon in the tens (optimum below 2), no subsampling, the KL case
+# (epsilon 0), orders that overflow to inf, and mixed histories.
+EVERY_ORDER_CASES = [
+    [(0.125, 1.0, 8)], [(0.5, 1.0, 2)], [(0.004, 4.46, 4012)], [(256 / 60000, 1.1, 14060)], [(0.1, 0.7, 1000)],
+    [(0.05, 0.8, 500)], [(1.0, 3.0, 1)], [(1.0, 0.6, 500)], [(1e-5, 300.0, 1)], [(0.5, 4.46, 100000)],
+    [(0.01, 1.1, 700), (1.0, 0.55, 3), (0.2, 4.0, 1), (0.05, 1.3, 41)], [(0.2, 0.6, 7), (0.001, 3.0, 500)],
+]
+
+
+@pytest.mark.parametrize("segments", EVERY_ORDER_CASES, ids=range(len(EVERY_ORDER_CASES)))
+def test_rdp_epsilon_equals_dp_accountings_minimum_over_every_order(segments):
+    """Orders that cannot hold the minimum are not computed (below); the epsilon is still the float
+    dp_accounting gives from the curve composed at every order of `DEFAULT_ORDERS`."""
+    accountant = dp_accounting.rdp.RdpAccountant(list(acc.DEFAULT_ORDERS))
+    for q, noise, steps in segments:
+        accountant.compose(acc._event(q, noise, steps))
+    for delta in (1e-3, 1e-5, 1e-9):
+        assert acc.RDP.epsilon(segments, delta) == accountant.get_epsilon(delta), delta
+    if segments == [(1e-5, 300.0, 1)]:
+        assert acc.RDP.epsilon(segments, 1e-5) == 0.0  # dp_accounting's KL case
+
+
+def test_rdp_epsilon_computes_only_the_orders_that_can_hold_the_minimum(monkeypatch):
+    """A first epoch at q = 0.125 (epsilon 3.8 at order 4.4): the series of at most 40 of the 155 orders,
+    none of the slow fractional ones below 2 (6 ms each; dp_accounting >= 0.6 gives up on some: inf),
+    the optimal order among them. Before, every order: 0.1 s at each new noise multiplier."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+    computed = []
+    series = rdp_privacy_accountant._compute_log_a
+
+    def counted(q, noise, order):
+        computed.append(order)
+        return series(q, noise, order)
+    monkeypatch.setattr(rdp_privacy_accountant, "_compute_log_a", counted)
+    segments = [(0.125, 1.0123, 8)]  # a noise no other test uses: nothing remembered
+    epsilon = acc.RDP.epsilon(segments, 1e-5)
+    assert 0 < len(computed) <= 40 and not [a for a in computed if 1 < a < 2]
+    monkeypatch.setattr(rdp_privacy_accountant, "_compute_log_a", series)
+    optimal = acc.RDP.fresh().compose(acc._event(*segments[0])).get_epsilon_and_optimal_order(1e-5)
+    assert epsilon == optimal[0] and optimal[1] in computed and not float(optimal[1]).is_integer()
+
+
+def test_an_order_whose_series_cancels_to_zero_does_not_make_epsilon_zero():
+    """q = 1e-5, z = 50, 1,000 steps, delta = 1e-9: dp_accounting 0.4.3 (the legacy leg) computes
+    RDP 0.0 at order 1.1 (cancellation) and so epsilon 0; the composition's KL divergence is at least
+    1.3e-11 (Pinsker), far above the KL case's 1e-18, so that order is not computed, and epsilon is
+    what dp_accounting 0.6 gives on every order."""
+    assert acc.RDP.epsilon([(1e-5, 50.0, 1000)], 1e-9) == pytest.approx(0.0263912400088, rel=1e-9)
+
+
 def test_full_batch_gaussian_matches_closed_form_rdp():
     """q=1, one step: RDP(a) = a / (2 s^2); dp_accounting's conversion (Balle et al. 2020)."""
     s, delta = 3.0, 1e-5
