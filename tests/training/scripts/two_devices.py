@@ -73,8 +73,8 @@ def lstm_make_private(clipping: str = "per_example", noise_multiplier: float = 0
     model = keras.Sequential([L.Input([6], dtype="int32"), L.Embedding(50, 8), L.LSTM(8, name="lstm"), L.Dense(3)])
     config = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=noise_multiplier, clipping=clipping,
                       seed=5)
-    dp_model = tfpriv.make_private(model, "sparse_categorical_crossentropy", config, num_examples=N, batch_size=B,
-                                   delta=1e-3)
+    dp_model = tfpriv.make_private(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), config,
+                                   num_examples=N, batch_size=B, delta=1e-3)
     dp_model.compile(optimizer=keras.optimizers.SGD(0.5))
     rng = np.random.default_rng(3)
     return dp_model, (rng.integers(0, 50, (N, 6)).astype(np.int32), rng.integers(0, 3, N))
