@@ -279,10 +279,9 @@ class RdpAccounting(Accountant):
             return 0.0
         if any(noise <= 0 for _, noise, _ in steps_of):
             return math.inf
-        every = tuple(range(len(DEFAULT_ORDERS)))
         rdp = _composed(steps_of, _FIRST_ORDERS)
         if delta <= 0 or not np.all(rdp > 0):  # zero, negative or NaN values (extreme events): every order
-            return self._epsilon_at(steps_of, delta, every)
+            return self._epsilon_at(steps_of, delta, range(len(DEFAULT_ORDERS)))
         best = float(dp_accounting.rdp.compute_epsilon(_orders(_FIRST_ORDERS), rdp, delta)[0])
         if best <= 0:  # the minimum over every order is 0 as well
             return 0.0
@@ -290,7 +289,7 @@ class RdpAccounting(Accountant):
         return self._epsilon_at(steps_of, delta, sorted((*_FIRST_ORDERS, *more))) if more else best
 
     @staticmethod
-    def _epsilon_at(segments: list[Segment], delta: float, indices) -> float:
+    def _epsilon_at(segments: list[Segment], delta: float, indices: Iterable[int]) -> float:
         """dp_accounting's conversion over the orders `indices` (positions in `DEFAULT_ORDERS`, ascending)."""
         indices = tuple(indices)
         return float(dp_accounting.rdp.compute_epsilon(_orders(indices), _composed(segments, indices), delta)[0])
