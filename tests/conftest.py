@@ -18,6 +18,13 @@ settings.load_profile("tfpriv")
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def script_env() -> dict[str, str]:
+    """The environment of a test script run as its own process (tests/*/scripts/): the repository
+    importable, TensorFlow quiet, and Keras 2 only, as the command line loads it (tfpriv.cli.launch;
+    `import tensorflow` would otherwise also load Keras 3, about 1.3 s)."""
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT), TF_USE_LEGACY_KERAS="1")
+
+
 def shared_data_dir() -> pathlib.Path:
     """`$TFPRIV_DATA_DIR`, else `../shared/data` beside the repository (as in CI)."""
     env = os.environ.get("TFPRIV_DATA_DIR")

@@ -1,22 +1,20 @@
 """Under MirroredStrategy the all-reduced gradient carries one noise of the documented std, the
 numbers one device would draw."""
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, script_env
 
 
 @pytest.fixture(scope="module")
 def mirrored() -> dict:
     """tests/privacy/scripts/mirrored.py run once in a fresh process (2 logical CPUs): its JSON line,
     with its stderr lines under "stderr"."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/privacy/scripts/mirrored.py")],
-                          capture_output=True, text=True, timeout=600, env=env)
+                          capture_output=True, text=True, timeout=600, env=script_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr.splitlines()}
 

@@ -2,7 +2,6 @@
 last complete checkpoint and ends exactly where the uninterrupted run ends (weights, steps, epsilon).
 The runs that are killed are processes; the uninterrupted run and the final resume run in this
 process (a seeded run is the same in any process: tests/training/test_reproducibility.py)."""
-import os
 import signal
 import subprocess
 import sys
@@ -10,17 +9,13 @@ import time
 
 import numpy as np
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, script_env
 from tests.training.scripts.train_small import train
 from tfpriv.training.runner import read_ledger
 from tfpriv.privacy.accounting import RDP
 
 SCRIPT = str(REPO_ROOT / "tests/training/scripts/train_small.py")
 EPOCHS = 5
-
-
-def _env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
 
 
 def _latest(folder):
@@ -34,7 +29,7 @@ def test_sigkill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path)
     reported = []
     for pause in (0.3, 0.0, 0.6):   # after a new checkpoint appears: mid-epoch, right after the save, later
         before = _latest(killed)
-        proc = subprocess.Popen([sys.executable, SCRIPT, str(killed), str(EPOCHS)], env=_env(),
+        proc = subprocess.Popen([sys.executable, SCRIPT, str(killed), str(EPOCHS)], env=script_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 300
         while _latest(killed) == before and proc.poll() is None and time.time() < deadline:

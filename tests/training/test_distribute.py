@@ -3,7 +3,6 @@
 two-worker cluster: tests/cli/test_strategy.py)."""
 import contextlib
 import json
-import os
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, script_env
 from tfpriv.compat import keras
 from tfpriv.errors import UsageError
 from tfpriv.training import distribute
@@ -24,7 +23,7 @@ def test_every_family_on_two_devices_matches_one_device():
     LSTM rule with noise on (noise added once: the same weights as one device)."""
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/training/scripts/two_devices.py")],
                           capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT)))
+                          env=script_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["replicas"] == 2
