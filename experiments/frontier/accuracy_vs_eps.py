@@ -26,6 +26,7 @@ TFPRIV = [
     ("mnist", "1,001 steps", "dpwgan/mnist_eps1_c16_b1024_z2354_ema_results.json"),
     ("mnist", "2,006 steps", "frontier/generators/mnist_eps1_2000steps_seed0/results.json"),
     ("mnist", "4,012 steps", "frontier/generators/mnist_eps1_4000steps_seed0/results.json"),
+    ("mnist", "4,012 steps", "frontier/generators/mnist_eps1_4000steps_seed1/results.json"),
     ("mnist", "2,006 steps, K = 4", "frontier/generators/mnist_eps1_2000steps_k4_seed0/results.json"),
     ("mnist", "2,006 steps, critic 8", "frontier/runs.jsonl#mnist_eps1_2000steps_critic8_seed0_results"),
     ("mnist", "986 steps, B = 2,048", "frontier/runs.jsonl#mnist_eps1_b2048_seed0_results"),
@@ -37,14 +38,18 @@ TFPRIV = [
     ("fashion_mnist", "4,017 steps + mode-seeking",
      "dpwgan/runs.jsonl#fashion_c32_div05_b512_z0656_ema_seed1_results"),
     ("fashion_mnist", "2,006 steps + mode-seeking", "frontier/generators/fashion_eps1_2000steps_div05_seed0/results.json"),
+    ("fashion_mnist", "2,006 steps + mode-seeking", "frontier/generators/fashion_eps1_2000steps_div05_seed1/results.json"),
 ]
 REDUCED = [
     ("mnist", "2,006 steps", "frontier/generators/mnist_eps1_2000steps_seed0/rescore_dpimagebench.json"),
     ("mnist", "4,012 steps", "frontier/generators/mnist_eps1_4000steps_seed0/rescore_dpimagebench.json"),
+    ("mnist", "4,012 steps", "frontier/generators/mnist_eps1_4000steps_seed1/rescore_dpimagebench.json"),
     ("mnist", "2,006 steps, K = 4", "frontier/generators/mnist_eps1_2000steps_k4_seed0/rescore_dpimagebench.json"),
     ("mnist", "4,001 steps", "frontier/generators/mnist_eps10_tf221_seed1/rescore_dpimagebench.json"),
     ("fashion_mnist", "2,006 steps + mode-seeking",
      "frontier/generators/fashion_eps1_2000steps_div05_seed0/rescore_dpimagebench.json"),
+    ("fashion_mnist", "2,006 steps + mode-seeking",
+     "frontier/generators/fashion_eps1_2000steps_div05_seed1/rescore_dpimagebench.json"),
 ]
 # DPImageBench (CCS 2025), without public data, accuracy at ε = 1 / 10 under its full protocol.
 REFERENCES = {
