@@ -20,9 +20,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def script_env() -> dict[str, str]:
     """The environment of a test script run as its own process (tests/*/scripts/): the repository
-    importable, TensorFlow quiet, and Keras 2 only, as the command line loads it (tfpriv.cli.launch;
-    `import tensorflow` would otherwise also load Keras 3, about 1.3 s)."""
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT), TF_USE_LEGACY_KERAS="1")
+    importable, TensorFlow quiet, and Keras 2 only where it is `tf_keras` beside Keras 3, as the command
+    line loads it (`tfpriv.cli.launch`; `import tensorflow` would otherwise also load Keras 3, about 1.3 s)."""
+    from tfpriv.cli.launch import keras2_is_tf_keras
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO_ROOT))
+    if keras2_is_tf_keras():
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
 
 
 def shared_data_dir() -> pathlib.Path:
