@@ -50,6 +50,12 @@ from tfpriv.gan.wgan_gp import make_dpwgan_gp
      "--selection_epsilon: must be a positive finite number, got 0.0"),
     ("dpgan", {"eval_protocol": "dpimagebench", "conditional": True, "downstream_samples": 11},
      "--downstream_samples: must be >= 12 with --eval_protocol=dpimagebench, got 11"),
+    ("dpwgan_gp", {"warm_start_epsilon": -0.1}, "--warm_start_epsilon: must be a finite number >= 0 (0: off)"),
+    ("dpwgan_gp", {"warm_start_epsilon": 0.1, "aggregation": "none"},
+     "--warm_start_epsilon: must be 0 without privacy (--aggregation=none), got 0.1"),
+    ("dpwgan_gp", {"warm_start_epsilon": 1.0, "epsilon": 1.0},
+     "--warm_start_epsilon: must be below --epsilon=1 (it is part of it), got 1.0"),
+    ("dpwgan_gp", {"warm_start_steps": 0}, "--warm_start_steps: must be >= 1, got 0"),
 ])
 def test_bad_settings_raise_one_line_usage_error_before_output(tmp_path, model, overrides, message):
     out = tmp_path / "run"
@@ -276,3 +282,26 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
     assert_one_line_error(proc, "--eval_protocol")
     assert "trained on 55000 examples, this one would train on 60000" in proc.stderr
     assert (out / "results.json").read_text() == before
+
+
+def test_a_warm_started_run_accounts_its_release_and_a_resume_cannot_change_it(tmp_path, data_dir, monkeypatch):
+    """#47.8 through the job: the class means' release is the ledger's first row, the critic's noise is
+    calibrated for what it leaves of --epsilon, and the run's epsilon composes both; resuming the
+    folder with another --warm_start_epsilon is refused naming the flag."""
+    from tfpriv.errors import ConfigError
+    from tfpriv.privacy.accounting import RDP
+    monkeypatch.setattr(gan_job, "_classifier", lambda s, split="train": tiny_classifier())
+    out = tmp_path / "run"
+    common = dict(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2, latent_size=4,
+                  batch_size=500, epochs=1, eval_every=0, num_samples=20, seed=0, verbose=0, conditional=True,
+                  downstream_samples=20, downstream_epochs=1, epsilon=2.0, warm_start_steps=3, max_steps=2)
+    res = gan_job.run(gan_job.JOB.settings(warm_start_epsilon=0.3, **common), str(out))
+    release, steps = res["ledger"]
+    assert release["scheme"] == "release" and release["name"] == "class_means" and release["steps"] == 0
+    assert RDP.epsilon([tuple(release["accounted_as"])], res["delta"]) == pytest.approx(0.3, rel=1e-3)
+    composed = [tuple(release["accounted_as"]), tuple(steps["accounted_as"])]
+    assert res["epsilon"] == pytest.approx(RDP.epsilon(composed, res["delta"])) and res["epsilon"] <= 2.0
+    assert res["steps"] == steps["steps"] == 2 and res["releases"][0]["made"]
+    with pytest.raises(ConfigError, match="^releases: the ledger holds 'class_means' at noise multiplier") as err:
+        gan_job.run(gan_job.JOB.settings(warm_start_epsilon=0.2, **common), str(out))
+    assert gan_job.JOB.flag_for(err.value.param) == "warm_start_epsilon"

@@ -288,3 +288,34 @@ def test_calibration_on_a_history_ends_within_tolerance_from_below_and_is_rememb
     monkeypatch.setattr(acc.RdpAccounting, "_epsilon", recomputed)
     assert acc.RDP.calibrate(target, 1e-3, q, steps, [list(h) for h in history]) == z
     assert acc.RDP.epsilon([*history, (q, z, steps)], 1e-3) <= target  # epsilon too is remembered
+
+
+def test_a_release_composes_with_the_steps_but_is_not_a_step_and_survives_a_restore(tmp_path):
+    """#47.8: a one-shot Gaussian before training is one event at rate 1, in `segments()`, the
+    statement's rows and the budget, but not in the step count; its record is checkpointed."""
+    ledger = acc.PrivacyLedger()
+    ledger.release("class_means", 20.0)
+    ledger.begin(0.01, 1.0)
+    ledger.steps.assign(100)
+    assert ledger.segments() == [(1.0, 20.0, 1), (0.01, 1.0, 100)] and ledger.total_steps == 100
+    reference = dp_accounting.rdp.RdpAccountant(list(acc.DEFAULT_ORDERS))
+    reference.compose(dp_accounting.GaussianDpEvent(20.0))
+    reference.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 100)
+    assert ledger.epsilon(1e-5) == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
+    assert ledger.epsilon(1e-5) > acc.RDP.epsilon([(0.01, 1.0, 100)], 1e-5)
+    first = ledger.raw_segments()[0]
+    assert first["scheme"] == acc.RELEASE and first["name"] == "class_means" and first["steps"] == 0
+    # the budget left counts the release: fewer steps fit than without it
+    assert ledger.steps_within(2.0, 1e-5) == acc.RDP.max_steps_within(2.0, 1e-5, 0.01, 1.0,
+                                                                      history=[(1.0, 20.0, 1)]) - 100
+    path = tf.train.Checkpoint(ledger=ledger).save(str(tmp_path / "ckpt"))
+    restored = acc.PrivacyLedger()
+    tf.train.Checkpoint(ledger=restored).restore(path)
+    assert restored.released == {"class_means": 20.0} and restored.segments() == ledger.segments()
+    with pytest.raises(ConfigError, match="^name: the ledger already holds a release 'class_means'"):
+        restored.release("class_means", 20.0)
+    with pytest.raises(ConfigError, match="^noise: a release's noise multiplier must be positive"):
+        restored.release("other", 0.0)
+    old = acc._Record()
+    old.deserialize('{"history": [[0.02, 1.5, 10]], "current": null}')  # written before releases existed
+    assert old.releases == []

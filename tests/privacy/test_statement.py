@@ -8,7 +8,7 @@ import pytest
 
 import tfpriv
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import RDP, get_accountant, training_event
+from tfpriv.privacy.accounting import RDP, PrivacyLedger, get_accountant, training_event
 from tfpriv.privacy.statement import (STATEMENT_FILE, describe, event_from_json, privacy_statement, read_statement,
                                       statement_segments, write_statement)
 
@@ -30,6 +30,22 @@ def test_the_statement_is_the_accountants_and_its_event_composes_to_the_same_eps
     assert "400 poisson-sampled steps" in describe(s) and "tuning job epsilon 3.0" in describe(s)
     filter_run = {**s, "guarantees": {"saved_model/": {"guarantee": "not private: holds filter/"}}}
     assert "; saved_model/: not private: holds filter/ (tfpriv " in describe(filter_run)
+
+
+def test_a_release_before_training_is_in_the_epsilon_and_the_segments_but_not_the_steps():
+    """#47.8: the ledger's release row (0 steps, one event) is composed; a row of a segment begun
+    without steps is not."""
+    ledger = PrivacyLedger()
+    ledger.release("class_means", 30.0)
+    ledger.begin(0.01, 1.1)
+    ledger.steps.assign(300)
+    s = privacy_statement(ledger.raw_segments(), CONFIG, 1e-5)
+    composed = [(1.0, 30.0, 1), (0.01, 1.1, 300)]
+    assert s["epsilon"]["rdp"] == RDP.epsilon(composed, 1e-5) > RDP.epsilon(composed[1:], 1e-5)
+    assert s["steps"] == 300 and s["sampling"] == "poisson" and statement_segments(s) == composed
+    assert s["segments"][0]["name"] == "class_means" and s["segments"][0]["scheme"] == "release"
+    assert "300 poisson-sampled steps" in describe(s)
+    assert "released before training: class_means (noise multiplier 30)" in describe(s)
 
 
 def test_a_non_private_model_states_no_epsilon():

@@ -14,11 +14,11 @@ from tfpriv.privae.architectures import mlp_decoder, mlp_encoder
 from tfpriv.privae.divergences import make_divergence
 from tfpriv.privae.priors import make_prior
 from tfpriv.privae.vae import VAE
-from tfpriv.privacy.accounting import RDP
+from tfpriv.privacy.accounting import RDP, PrivacyLedger
 from tfpriv.privacy.config import DPConfig
 from tfpriv.training.results import REQUIRED_KEYS, write_results
-from tfpriv.training.runner import (add_selection_epsilon, fit_private, plan_privacy, read_selection_epsilon,
-                                    restore_networks)
+from tfpriv.training.runner import (add_selection_epsilon, fit_private, plan_privacy, read_ledger,
+                                    read_selection_epsilon, restore_networks)
 
 N = 200
 
@@ -240,3 +240,89 @@ def test_a_resumed_run_continues_its_epsilon_and_keeps_the_selections_epsilon_in
         tf.train.latest_checkpoint(str(folder / "checkpoints"))) == "ckpt-3"
     with pytest.raises(ConfigError, match=r"^output_dir: .*checkpoints holds no checkpoint"):
         read_selection_epsilon(str(tmp_path / "elsewhere"))
+
+
+def _release_into_decoder(calls):
+    """A `make_releases` that records each pending release and adds seeded noise to the decoder's
+    first kernel (what a warm start changes), counting its calls in `calls`."""
+    def make(ledger, pending):
+        calls.append(dict(pending))
+        for name, noise in pending.items():
+            kernel = model_of[0].decoder.trainable_variables[0]
+            kernel.assign_add(np.random.default_rng(7).normal(0, 0.1, kernel.shape).astype(np.float32))
+            ledger.release(name, noise)
+    model_of = []
+    return make, model_of
+
+
+class Crash(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        raise RuntimeError("killed")
+
+
+def test_a_release_is_planned_made_once_checkpointed_before_the_first_step_and_survives_a_restart(tmp_path):
+    """#47.8: the plan calibrates the steps' noise with the release composed; `fit_private` makes it
+    once, checkpoints it before any step, and a run killed after it continues to the same weights and
+    epsilon without releasing again."""
+    cfg = DPConfig(aggregation="termwise", l2_norm_clip=1.0, batch_clip=0.5, num_partitions=2, seed=3)  # seeded noise
+    p = plan_privacy(cfg, vae().term_spec(), N, 20, 1, delta=1e-3, target_epsilon=8.0, releases={"means": 0.5})
+    (name, z0), = p.releases
+    assert name == "means" and RDP.epsilon([(1.0, z0, 1)], 1e-3) == pytest.approx(0.5, rel=1e-3)
+    assert RDP.epsilon(p.planned_segments(), 1e-3) == pytest.approx(8.0, rel=1e-3)
+    alone = plan(vae(), epochs=1, target_epsilon=8.0)
+    assert p.effective_noise_multiplier > alone.effective_noise_multiplier  # the steps get the rest
+    runs = {}
+    for kind in ("whole", "killed"):
+        keras.utils.set_random_seed(0)
+        model, calls = vae(), []
+        make, model_of = _release_into_decoder(calls)
+        model_of.append(model)
+        folder = str(tmp_path / kind)
+        if kind == "killed":
+            with pytest.raises(RuntimeError, match="killed"):
+                fit_private(model, data(), p, keras.optimizers.Adam(1e-3), folder, seed=1, verbose=0,
+                            extra_callbacks=[Crash()], make_releases=make)
+            assert calls == [{"means": z0}] and tf.train.latest_checkpoint(os.path.join(folder, "checkpoints"))
+            keras.utils.set_random_seed(0)
+            model = vae()
+
+            def make(ledger, pending):  # noqa: F811 (the restarted run must not release again)
+                raise AssertionError("released twice")
+        out = fit_private(model, data(), p, keras.optimizers.Adam(1e-3), folder, seed=1, verbose=0,
+                          make_releases=make)
+        runs[kind] = (out, model.get_weights())
+    whole, killed = runs["whole"][0], runs["killed"][0]
+    assert whole["steps"] == killed["steps"] == 10
+    assert whole["epsilon"] == killed["epsilon"] == pytest.approx(RDP.epsilon(p.planned_segments(), 1e-3))
+    assert whole["ledger"][0]["scheme"] == "release" and whole["plan"].summary()["releases"][0]["made"]
+    for a, b in zip(*(runs[k][1] for k in runs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_release_the_run_cannot_make_as_planned_is_refused(tmp_path):
+    p = plan(vae(), epochs=1, releases={"means": 0.5})
+    with pytest.raises(ConfigError, match=r"^make_releases: the plan holds releases \(means\) but nothing makes them"):
+        fit_private(vae(), data(), p, keras.optimizers.Adam(1e-3), str(tmp_path / "a"), seed=1, verbose=0)
+    with pytest.raises(ConfigError, match="^make_releases: the ledger must record exactly the releases"):
+        fit_private(vae(), data(), p, keras.optimizers.Adam(1e-3), str(tmp_path / "b"), seed=1, verbose=0,
+                    make_releases=lambda ledger, pending: ledger.release("means", 1.0))
+    assert not tf.train.latest_checkpoint(str(tmp_path / "b" / "checkpoints"))  # nothing saved for it
+    with pytest.raises(ConfigError, match="^releases: 'means' is a private release; a run without DP makes none"):
+        plan_privacy(DPConfig(aggregation="none"), vae().term_spec(), N, 20, 1, delta=1e-3, releases={"means": 0.5})
+    with pytest.raises(ConfigError, match="^releases: the epsilon of 'means' must be positive, finite and below"):
+        plan(vae(), epochs=1, target_epsilon=1.0, releases={"means": 1.0})
+
+
+def test_a_release_is_refused_after_steps_and_at_another_noise_than_the_ledgers(tmp_path, one_epoch_run):
+    folder = _resume_copy(one_epoch_run, tmp_path)
+    with pytest.raises(ConfigError, match="^releases: 'means' is made before the first step; the ledger holds 10 steps"):
+        plan(vae(), epochs=2, releases={"means": 0.5}, history=read_ledger(str(folder)))
+    ledger = PrivacyLedger()
+    ledger.release("means", 3.0)
+    with pytest.raises(ConfigError, match="^releases: the ledger holds 'means' at noise multiplier 3, this plan"):
+        plan(vae(), epochs=2, releases={"means": 0.5}, history=ledger)
+    z0 = plan(vae(), epochs=1, releases={"means": 0.5}).releases[0][1]
+    ledger = PrivacyLedger()
+    ledger.release("means", z0)
+    continued = plan(vae(), epochs=1, releases={"means": 0.5}, history=ledger)
+    assert continued.pending_releases == () and continued.history == ((1.0, z0, 1),) and continued.steps_taken == 0

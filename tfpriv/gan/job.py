@@ -74,6 +74,12 @@ class GanSettings(PrivateSettings):
         1, "Fakes and interpolation weights per real example in the critic's loss, averaged within the example "
         "before clipping (DPDM's noise multiplicity): the same clip and epsilon, about K times the critic's compute. "
         "Needs per-example clipping (not --clipping=fast).", ge=1, note="1: one fake per example")
+    warm_start_epsilon: float = setting(
+        0.0, "Spend this epsilon (at --delta; part of --epsilon, which then calibrates the critic's noise for the "
+        "rest) on DP class means of the training images before the first critic step, and pretrain the generator "
+        "to draw them (docs/privacy.md, \"Releases\"; 0: off).", ge=0, note="0: off")
+    warm_start_steps: int = setting(300, "Adam steps of the generator's pretraining on the noisy class means "
+                                    "(--warm_start_epsilon; post-processing: no privacy cost).", ge=1)
     gp_weight: float = setting(10.0, "DP-WGAN-GP: gradient-penalty weight lambda.", ge=0)
     weight_clip: float = setting(0.01, "DPGAN: critic weights are clipped to [-c_p, c_p] after each update (0: off, "
                                  "only with --gan_loss=logistic).", ge=0, note="0: off")
@@ -132,6 +138,11 @@ def validate(s: GanSettings) -> None:
         raise UsageError("--weight_clip: the Wasserstein critic needs weight clipping (> 0); 0 (off) only with "
                          "--gan_loss=logistic")
     need("num_samples", s.num_samples >= 10, ">= 10 (the final scores)", s.num_samples)
+    if s.warm_start_epsilon:
+        need("warm_start_epsilon", s.aggregation == "micro", "0 without privacy (--aggregation=none)",
+             s.warm_start_epsilon)
+        need("warm_start_epsilon", s.epsilon is None or s.warm_start_epsilon < s.epsilon,
+             f"below --epsilon={s.epsilon:g} (it is part of it)" if s.epsilon else "", s.warm_start_epsilon)
     need("aggregation", s.aggregation in ("micro", "none"),
          "micro (per-example clipping of the critic) or none (non-private baseline)", repr(s.aggregation))
     validate_protocol(s)
@@ -235,7 +246,14 @@ class GanRun(pipeline.TrainingRun):
         self.g_opt = g_opt
         config = s.dp_config(expected_batch_size=float(s.batch_size), num_partitions=1, seed=self.sampling_seed())
         arrays = data.x_train if labels is None else (data.x_train, labels)
-        return Built(model, arrays, (d_opt, g_opt), config, s.batch_size, s.epochs, s.sampling)
+        built = Built(model, arrays, (d_opt, g_opt), config, s.batch_size, s.epochs, s.sampling)
+        if s.warm_start_epsilon and config.private:
+            from tfpriv.gan import warm_start
+            built.releases = {warm_start.RELEASE: s.warm_start_epsilon}
+            built.make_releases = warm_start.class_means_warm_start(
+                data.x_train, labels, self.num_classes, model.generator, s.warm_start_steps, self.sampling_seed(),
+                pretraining_seed=self.seed)
+        return built
 
     def scorer(self):
         """The generator's scores during training (None: only epsilon and the losses are recorded);
@@ -426,7 +444,7 @@ TUNING = FamilyTuning(
 
 JOB = Job(
     names=MODELS, settings_type=GanSettings, run=run, sample=sample,
-    training_run=GanRun, tuning=TUNING, flag_names={"depth": "classifier_depth"},
+    training_run=GanRun, tuning=TUNING, flag_names={"depth": "classifier_depth", "releases": "warm_start_epsilon"},
     summary="DP-WGAN-GP and DPGAN on 28x28 images",
 )
 

@@ -85,6 +85,10 @@ class Built:
     batch_size: int
     epochs: int
     sampling: str
+    # one-shot Gaussians made before the first step: name -> epsilon (`plan_privacy`'s `releases`), and the
+    # function that makes them (`fit_private`'s `make_releases`)
+    releases: dict = dataclasses.field(default_factory=dict)
+    make_releases: Any = None
 
 
 def checkpoint_position(train_dir: str) -> tuple[int, int]:
@@ -106,7 +110,8 @@ def plan(s, built: Built, train_dir: str) -> PrivacyPlan:
     private = built.config.private
     return plan_privacy(built.config, built.model.term_spec(), _num_examples(built.arrays), built.batch_size,
                         built.epochs, built.sampling, s.delta, s.epsilon if private else None,
-                        s.max_epsilon if private else None, history=read_ledger(train_dir), accountant=s.accountant)
+                        s.max_epsilon if private else None, history=read_ledger(train_dir), accountant=s.accountant,
+                        releases=built.releases)
 
 
 # Set by the command line's SIGINT handler (`on_sigint`). Ctrl-C raises KeyboardInterrupt where the
@@ -136,7 +141,8 @@ def train(built: Built, plan_: PrivacyPlan, train_dir: str, seed: int | None, ve
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     fit = fit_private(built.model, built.arrays, plan_, built.optimizer, train_dir, seed=seed, verbose=verbose,
                       extra_callbacks=[*callbacks, StopOnInterrupt(), StepProgressBar()],
-                      announce_budget_stop=False)  # `report` prints the stop in the flags' terms
+                      announce_budget_stop=False,  # `report` prints the stop in the flags' terms
+                      make_releases=built.make_releases)
     fit["segment"] = {
         "started": started, "start_step": start_step, "steps": fit["train_steps"] - start_step,
         "start_epoch": start_epoch, "epochs_completed": fit["epochs_completed"], "epsilon": fit["epsilon"],

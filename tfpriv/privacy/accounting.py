@@ -70,6 +70,8 @@ def _quiet_orders() -> Iterator[None]:
 # partial batch dropped): a Gaussian at z/2 per epoch touched.
 POISSON, DECLARED_POISSON, FIXED, SHUFFLE = "poisson", "poisson_declared", "fixed", "shuffle"
 SCHEMES = (POISSON, DECLARED_POISSON, FIXED, SHUFFLE)
+# A ledger row that is no step: a one-shot Gaussian on the whole data set (`PrivacyLedger.release`).
+RELEASE = "release"
 
 
 def epochs_touched(first_step: int, steps: int, steps_per_epoch: int) -> int:
@@ -433,22 +435,25 @@ def get_accountant(name: str) -> Accountant:
 
 class _Record(tf.train.experimental.PythonState):
     """The ledger's host-side record, JSON in checkpoints: finished segments
-    `[q, noise, steps, scheme, steps_per_epoch, first_step]` and the current segment's
+    `[q, noise, steps, scheme, steps_per_epoch, first_step]`, the current segment's
     `[q, noise, scheme, steps_per_epoch, first_step]` (records written before schemes existed,
-    `[q, noise, steps]` and `[q, noise]`, are Poisson). Python state, not variables: a tf.distribute
+    `[q, noise, steps]` and `[q, noise]`, are Poisson) and the releases `[name, noise]` (records
+    written before releases existed have none). Python state, not variables: a tf.distribute
     strategy would mirror a variable, and MultiWorkerMirroredStrategy cannot broadcast a string to
     its workers."""
 
     def __init__(self):
         self.history: list[list] = []
         self.current: list | None = None
+        self.releases: list[list] = []
 
     def serialize(self) -> str:
-        return json.dumps({"history": self.history, "current": self.current})
+        return json.dumps({"history": self.history, "current": self.current, "releases": self.releases})
 
     def deserialize(self, string_value) -> None:
         value = string_value.decode() if isinstance(string_value, bytes) else str(string_value)
         record = json.loads(value)
+        self.releases = [list(row) for row in record.get("releases", [])]
         self.history = [row if len(row) > 3 else [*row, POISSON, 0, 0] for row in record["history"]]
         current = record["current"]
         self.current = current if not current or len(current) > 2 else [*current, POISSON, 0, 0]
@@ -459,8 +464,11 @@ class PrivacyLedger(tf.Module):
 
     `record` holds the finished segments and the current segment's mechanism (sampling scheme,
     compiled rate q, effective noise multiplier); `steps` counts the current segment's steps and
-    is incremented inside the compiled train step, once per private update. `segments()` is what
-    the accountant composes: each segment's steps as the events of its scheme (`mechanisms`).
+    is incremented inside the compiled train step, once per private update. `release(name, noise)`
+    records a one-shot Gaussian mechanism the run made outside its steps (e.g. DP class means before
+    the first step): one event at rate 1, composed with the steps but not counted as one.
+    `segments()` is what the accountant composes: the releases, then each segment's steps as the
+    events of its scheme (`mechanisms`).
 
     Example:
         >>> from tfpriv.privacy import PrivacyLedger, get_accountant
@@ -473,6 +481,9 @@ class PrivacyLedger(tf.Module):
         >>> _ = ledger.steps.assign_add(10)
         >>> ledger.segments()[-1], ledger.total_steps
         ((1.0, 0.55, 10), 1010)
+        >>> ledger.release("class_means", 40.0)  # a Gaussian of std 40 x its sensitivity: not a step
+        >>> ledger.segments()[0], ledger.total_steps
+        ((1.0, 40.0, 1), 1010)
     """
 
     def __init__(self, name: str = "privacy_ledger"):
@@ -516,6 +527,20 @@ class PrivacyLedger(tf.Module):
             self.record.history.append([q, noise, int(self.steps.numpy()), scheme, per_epoch, first])
         self.steps.assign(0)
 
+    def release(self, name: str, noise: float) -> None:
+        """Records the release `name`: one Gaussian mechanism whose noise std is `noise` times its
+        add-or-remove-one sensitivity, on the whole data set (rate 1). A name is released once."""
+        if name in self.released:
+            raise ConfigError(f"name: the ledger already holds a release {name!r}")
+        if not (math.isfinite(noise) and noise > 0):
+            raise ConfigError(f"noise: a release's noise multiplier must be positive and finite, got {noise}")
+        self.record.releases.append([str(name), float(noise)])
+
+    @property
+    def released(self) -> dict[str, float]:
+        """Each release's name and noise multiplier, in the order they were made."""
+        return {name: noise for name, noise in self.record.releases}
+
     @property
     def scheme(self) -> str | None:
         """The current segment's sampling scheme (None before the first `begin`)."""
@@ -524,13 +549,16 @@ class PrivacyLedger(tf.Module):
     def raw_segments(self, extra_steps: int = 0) -> list[dict]:
         """Every segment as recorded: scheme, sampling_rate, noise_multiplier (effective), steps,
         steps_per_epoch, first_step, and `accounted_as` [rate, noise multiplier, count] (what the
-        accountant composes). `extra_steps` are added to the current segment (what-if)."""
+        accountant composes); first the releases (scheme `RELEASE`, 0 steps, their `name`).
+        `extra_steps` are added to the current segment (what-if)."""
         rows = [list(r) for r in self.record.history]
         taken = int(self.steps.numpy()) + extra_steps
         if self.record.current and taken > 0:  # a segment begun but without steps spends nothing
             q, noise, scheme, per_epoch, first = self.record.current
             rows.append([q, noise, taken, scheme, per_epoch, first])
-        out = []
+        out = [{"scheme": RELEASE, "name": name, "sampling_rate": 1.0, "noise_multiplier": noise, "steps": 0,
+                "steps_per_epoch": 0, "first_step": 0, "accounted_as": [1.0, noise, 1]}
+               for name, noise in self.record.releases]
         for q, noise, steps, scheme, per_epoch, first in rows:
             out.append({"scheme": scheme, "sampling_rate": q, "noise_multiplier": noise, "steps": steps,
                         "steps_per_epoch": per_epoch, "first_step": first,
@@ -542,7 +570,8 @@ class PrivacyLedger(tf.Module):
         return [tuple(row["accounted_as"]) for row in self.raw_segments(extra_steps)]
 
     def finished_segments(self) -> list[Segment]:
-        return self.segments()[:len(self.record.history)]
+        """The releases and the segments before the current one."""
+        return self.segments()[:len(self.record.releases) + len(self.record.history)]
 
     def steps_within(self, budget: float, delta: float, accountant: Accountant = RDP) -> int:
         """How many more steps of the current segment keep epsilon <= budget."""

@@ -4,7 +4,8 @@ Seeded streams get independent Philox keys derived from (seed, stream) with nump
 SeedSequence. `tf.random.Generator.from_seed(s)` is not used: it puts s in the counter, so
 seeds s and s + 1 give the same stream shifted by one block, and two generators seeded with
 the same value (formerly the DP noise and a GAN's latents) drew the same numbers.
-Unseeded streams come from the OS. Generators are variables: the training runner saves
+Unseeded streams come from the OS; a release made before training draws its noise on the host
+(`release_generator`). Generators are variables: the training runner saves
 them in every checkpoint, so a resumed run continues each stream where it stopped.
 
 Each example's numbers are its own (`StreamGenerator`): within a training step, the numbers of
@@ -23,7 +24,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-STREAMS = {"noise": 1, "loss": 2}
+STREAMS = {"noise": 1, "loss": 2, "release": 3}
 
 
 def replica_offset(n) -> tf.Tensor:
@@ -307,3 +308,11 @@ def stream_generator(seed: int | None, stream: str) -> StreamGenerator:
         return StreamGenerator.from_non_deterministic_state(alg="philox")
     key = int(np.random.SeedSequence([int(seed), STREAMS[stream]]).generate_state(1, np.uint64)[0]) >> 1
     return StreamGenerator.from_key_counter(key=key, counter=[0, 0], alg="philox")
+
+
+def release_generator(seed: int | None, name: str) -> np.random.Generator:
+    """The host generator of the noise of release `name` (`PrivacyLedger.release`): a function of
+    (seed, "release", name), independent of the other streams; from the OS when `seed` is None."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng(np.random.SeedSequence([int(seed), STREAMS["release"], *name.encode()]))

@@ -31,7 +31,7 @@ import h5py
 
 import tfpriv
 from tfpriv.errors import ConfigError
-from tfpriv.privacy.accounting import Segment, get_accountant, training_event
+from tfpriv.privacy.accounting import RELEASE, Segment, get_accountant, training_event
 from tfpriv.privacy.config import DPConfig
 
 STATEMENT_FILE = "privacy_statement.json"  # the .keras member; in a SavedModel: assets/STATEMENT_FILE
@@ -86,7 +86,8 @@ def privacy_statement(segments: Sequence[Segment] | Sequence[Mapping], config: D
     rows = [dict(r) if isinstance(r, Mapping) else
             {"scheme": "poisson", "sampling_rate": r[0], "noise_multiplier": r[1], "steps": r[2],
              "accounted_as": [r[0], r[1], r[2]]} for r in segments]
-    rows = [r for r in rows if int(r["steps"]) > 0]
+    rows = [r for r in rows if int(r["accounted_as"][2]) > 0]  # a release has no step but one event
+    steps = [r for r in rows if r["scheme"] != RELEASE]
     segments = [(float(q), float(z), int(n)) for q, z, n in (r["accounted_as"] for r in rows)]
     out: dict[str, Any] = {"format": FORMAT, "tfpriv_version": tfpriv.__version__, "dp": config.private,
                            "aggregation": config.aggregation}
@@ -100,16 +101,18 @@ def privacy_statement(segments: Sequence[Segment] | Sequence[Mapping], config: D
                 epsilon[name] = f"not computed: {exc}"
         out.update({
             "adjacency": ADJACENCY,
-            "sampling": "+".join(dict.fromkeys(r["scheme"] for r in rows)) or "poisson",
+            "sampling": "+".join(dict.fromkeys(r["scheme"] for r in steps)) or "poisson",
             "l2_norm_clip": config.l2_norm_clip,
             "noise_multiplier": config.noise_multiplier,
             "effective_noise_multiplier": config.effective_noise_multiplier(has_batch_terms),
-            "steps": sum(int(r["steps"]) for r in rows),
-            # every segment the model was trained with, in order: its sampling scheme, rate, effective noise
-            # multiplier and steps, and the (rate, noise multiplier, count) of the events it is accounted as
+            "steps": sum(int(r["steps"]) for r in steps),
+            # every segment the model was trained with, in order (the releases first, scheme "release" and their
+            # name): its sampling scheme, rate, effective noise multiplier and steps, and the (rate, noise
+            # multiplier, count) of the events it is accounted as
             "segments": [{"scheme": r["scheme"], "sampling_rate": r["sampling_rate"],
                           "effective_noise_multiplier": r["noise_multiplier"], "steps": int(r["steps"]),
-                          "accounted_as": list(r["accounted_as"])} for r in rows],
+                          "accounted_as": list(r["accounted_as"]),
+                          **({"name": r["name"]} if r["scheme"] == RELEASE else {})} for r in rows],
             "delta": delta,
             "epsilon": epsilon,
             "dp_event": event_to_json(event),
@@ -138,6 +141,10 @@ def describe(statement: Mapping) -> str:
     line = (f"privacy statement: epsilon {eps} at delta = {statement['delta']:.3g}, {statement['adjacency']} "
             f"adjacency; {statement['steps']} {statement['sampling']}-sampled steps, "
             f"C = {statement['l2_norm_clip']:g}, noise multiplier {statement['noise_multiplier']:.4g}")
+    released = [s for s in statement.get("segments", []) if s.get("scheme") == RELEASE]
+    if released:
+        line += "; released before training: " + ", ".join(
+            f"{s['name']} (noise multiplier {s['effective_noise_multiplier']:.4g})" for s in released)
     if statement.get("tuning"):
         line += f"; tuning job epsilon {statement['tuning'].get('epsilon')}"
     served = (statement.get("guarantees") or {}).get("saved_model/")

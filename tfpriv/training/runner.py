@@ -13,7 +13,7 @@ import dataclasses
 import math
 import os
 import time
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -22,8 +22,8 @@ from tfpriv.data.sampling import (default_max_batch_size, make_dataset, new_samp
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
-from tfpriv.privacy.accounting import (POISSON, RDP, SHUFFLE, Accountant, PrivacyLedger, Segment, get_accountant,
-                                       mechanisms)
+from tfpriv.privacy.accounting import (POISSON, RDP, RELEASE, SHUFFLE, Accountant, PrivacyLedger, Segment,
+                                       get_accountant, mechanisms)
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
 from tfpriv.run_folder import CHECKPOINTS_DIR, LOGS_DIR, PRIVACY_PLAN_FILE
@@ -69,6 +69,10 @@ class PrivacyPlan:
     accountant: Accountant = RDP  # how epsilon is computed from the events
     steps_taken: int = 0  # the private steps of that ledger
     last_noise: float | None = None  # the effective noise multiplier of its last segment with steps
+    # one-shot Gaussians (name, noise multiplier) the run makes before its first step, and those of them its
+    # ledger does not hold yet (`fit_private` makes them): composed with the steps, not counted as steps
+    releases: tuple[tuple[str, float], ...] = ()
+    pending_releases: tuple[tuple[str, float], ...] = ()
 
     @property
     def effective_noise_multiplier(self) -> float:
@@ -79,12 +83,16 @@ class PrivacyPlan:
         return self.steps_per_epoch * self.epochs
 
     def planned_segments(self) -> list[Segment]:
-        """What the whole planned run is to the accountant: the history it continues, then its
-        remaining steps as the events of its sampling scheme (`mechanisms`)."""
+        """What the whole planned run is to the accountant: the history it continues, the releases it
+        is still to make, then its remaining steps as the events of its sampling scheme (`mechanisms`)."""
         scheme = SHUFFLE if self.sampling == "shuffle" else POISSON
         rest = mechanisms(scheme, self.sampling_rate, self.effective_noise_multiplier,
                           max(0, self.planned_steps - self.steps_taken), self.steps_per_epoch, self.steps_taken)
-        return [*self.history, rest]
+        return [*self.history, *self.pending_segments(), rest]
+
+    def pending_segments(self) -> list[Segment]:
+        """The releases still to make, as the accountant composes them: one Gaussian at rate 1 each."""
+        return [(1.0, noise, 1) for _, noise in self.pending_releases]
 
     def noise_change(self) -> str | None:
         """One line when this plan continues a ledger whose last segment had another effective noise
@@ -123,7 +131,10 @@ class PrivacyPlan:
             "accountant": self.accountant.name,
             "max_epsilon": self.max_epsilon,
         }
-        if self.history:
+        if self.releases:
+            out["releases"] = [{"name": name, "noise_multiplier": noise, "accounted_as": [1.0, noise, 1],
+                                "made": name not in dict(self.pending_releases)} for name, noise in self.releases]
+        if self.steps_taken:
             out["resumed_from"] = {"steps": self.steps_taken,
                                    "epsilon": self.accountant.epsilon(self.history, self.delta),
                                    "segments": [list(seg) for seg in self.history]}
@@ -135,14 +146,16 @@ class PrivacyPlan:
 def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size: int, epochs: int,
                  sampling: str = "poisson", delta: float | None = None, target_epsilon: float | None = None,
                  max_epsilon: float | None = None, history: PrivacyLedger | Sequence[Segment] = (),
-                 accountant: str = "rdp") -> PrivacyPlan:
+                 accountant: str = "rdp", releases: Mapping[str, float] | None = None) -> PrivacyPlan:
     """Validates the privacy flags together and calibrates the noise for a target epsilon.
 
     `history`: the ledger of the run being resumed (`read_ledger(output_dir)`; or its segments, all
     Poisson steps). With a
     target epsilon the noise is calibrated so that history + the remaining planned steps end at
     the target, not the planned steps alone (which would overshoot it). `accountant`: "rdp" or "pld"
-    (`tfpriv.privacy.get_accountant`).
+    (`tfpriv.privacy.get_accountant`). `releases`: name -> epsilon at `delta` of each one-shot Gaussian
+    the run makes before its first step (`fit_private`'s `make_releases`); each gets the noise multiplier
+    of that epsilon alone, and a target epsilon covers them and the steps together.
 
     Example:
         The noise multiplier for epsilon = 2 at delta = 1e-5 over 3 epochs of Poisson batches of
@@ -174,32 +187,59 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
         cap = batch_size if sampling == "shuffle" else default_max_batch_size(num_examples, q)
         config = config.replace(max_batch_size=min(cap, num_examples))
     config.sensitivity(has_batch)  # raises for configurations that cannot be accounted
+    chosen = get_accountant(accountant)
+    planned = []
+    for name, epsilon in (releases or {}).items():
+        if not config.private:
+            raise ConfigError(f"releases: {name!r} is a private release; a run without DP makes none")
+        if not (math.isfinite(epsilon) and epsilon > 0) or (target_epsilon is not None and epsilon >= target_epsilon):
+            raise ConfigError(f"releases: the epsilon of {name!r} must be positive, finite and below target_epsilon "
+                              f"({target_epsilon}), got {epsilon}")
+        planned.append((str(name), chosen.calibrate(epsilon, delta, 1.0, 1)))
     plan = PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
-                       delta, target_epsilon, max_epsilon, accountant=get_accountant(accountant))
+                       delta, target_epsilon, max_epsilon, accountant=chosen, releases=tuple(planned),
+                       pending_releases=tuple(planned))
     return continue_plan(plan, history)
 
 
 def continue_plan(plan: PrivacyPlan, history: PrivacyLedger | Sequence[Segment]) -> PrivacyPlan:
     """`plan` for a run whose ledger already holds `history`: noise re-calibrated for a target epsilon
-    over the mechanisms the remaining planned steps are under the plan's sampling scheme."""
+    over the mechanisms the remaining planned steps are under the plan's sampling scheme, and the
+    plan's releases that `history` does not hold yet (`pending_releases`)."""
+    released = {}
     if isinstance(history, PrivacyLedger):
         used = [row["noise_multiplier"] for row in history.raw_segments() if row["steps"] > 0]
+        released = history.released
         steps_taken, history = history.total_steps, history.segments()
     else:  # Poisson segments
         used = [z for _, z, n in history if int(n) > 0]
         steps_taken = sum(int(n) for _, _, n in history)
+    pending = []
+    for name, noise in plan.pending_releases:
+        if name in released:
+            if not math.isclose(released[name], noise, rel_tol=1e-9):
+                raise ConfigError(f"releases: the ledger holds {name!r} at noise multiplier {released[name]:.6g}, this "
+                                  f"plan would make it at {noise:.6g}; continue the run with the release's epsilon "
+                                  "it started with")
+        elif steps_taken > 0:
+            raise ConfigError(f"releases: {name!r} is made before the first step; the ledger holds {steps_taken} "
+                              "steps without it")
+        else:
+            pending.append((name, noise))
     history = tuple((float(q), float(z), int(n)) for q, z, n in history if int(n) > 0)
-    plan = dataclasses.replace(plan, history=history, steps_taken=steps_taken, last_noise=used[-1] if used else None)
+    plan = dataclasses.replace(plan, history=history, steps_taken=steps_taken, last_noise=used[-1] if used else None,
+                               pending_releases=tuple(pending))
     config = plan.config
     remaining = plan.planned_steps - plan.steps_taken
-    if config.private and history and remaining <= 0:  # a re-run of a finished run: no step left to plan
+    if config.private and used and remaining <= 0:  # a re-run of a finished run: no step left to plan
         return noise_as_used(plan, used[-1])
     if config.private and plan.target_epsilon is not None and remaining > 0:
         scheme = SHUFFLE if plan.sampling == "shuffle" else POISSON
         # what the remaining steps are to the accountant per unit of noise (z = 1), then z scales
         rate, unit, count = mechanisms(scheme, plan.sampling_rate, 1.0, remaining, plan.steps_per_epoch,
                                        plan.steps_taken)
-        effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, rate, count, history) / unit
+        composed = (*history, *plan.pending_segments())
+        effective = plan.accountant.calibrate(plan.target_epsilon, plan.delta, rate, count, composed) / unit
         plan = dataclasses.replace(plan, config=config.replace(
             noise_multiplier=config.noise_multiplier_for(effective, plan.has_batch_terms)))
     return plan
@@ -315,6 +355,21 @@ def add_selection_epsilon(output_dir: str, epsilon: float) -> float:
     return total
 
 
+def _release(ledger: PrivacyLedger, plan: PrivacyPlan, make_releases) -> None:
+    """Makes the plan's pending releases through `make_releases` and checks the ledger then holds
+    exactly them, at the noise the plan composed (anything else would break the plan's epsilon)."""
+    pending = dict(plan.pending_releases)
+    if make_releases is None:
+        raise ConfigError(f"make_releases: the plan holds releases ({', '.join(pending)}) but nothing makes them")
+    if tf.distribute.has_strategy():
+        raise ConfigError("make_releases: releases are made on one device; train without a tf.distribute strategy")
+    before = ledger.released
+    make_releases(ledger, pending)
+    if ledger.released != {**before, **pending} or ledger.total_steps:
+        raise ConfigError(f"make_releases: the ledger must record exactly the releases {pending} and no step, "
+                          f"it holds {ledger.released} and {ledger.total_steps} steps")
+
+
 def batch_terms_reach(engine) -> dict | None:
     """How many parameters the batch-wise terms reach (full termwise noise) and do not (sample-wise
     noise only), once the engine has traced a step with them; None otherwise."""
@@ -329,7 +384,8 @@ def batch_terms_reach(engine) -> dict | None:
 def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
                 optimizer: keras.optimizers.Optimizer | Sequence[keras.optimizers.Optimizer],
                 output_dir: str, seed: int | None = None, verbose: int = 2,
-                extra_callbacks: Sequence[keras.callbacks.Callback] = (), announce_budget_stop: bool = True) -> dict:
+                extra_callbacks: Sequence[keras.callbacks.Callback] = (), announce_budget_stop: bool = True,
+                make_releases: Callable[[PrivacyLedger, Mapping[str, float]], None] | None = None) -> dict:
     """Compiles and fits any `DPModel` under `plan`; resumes from `output_dir/checkpoints` if present.
 
     `arrays`: the training data (an array or a tuple of arrays with one row per example).
@@ -340,6 +396,10 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     epoch) after every epoch and TensorBoard logs. `verbose=2` also prints a line every 30 s of a
     long epoch (`tfpriv.training.progress.Heartbeat`, which `fit` adds). A stop at `plan.max_epsilon` prints one line
     (ε spent, steps) unless `announce_budget_stop` is False (the command line prints its own).
+    `make_releases(ledger, {name: noise multiplier})` makes the plan's releases the ledger does not hold
+    yet, before the first step (e.g. DP class means a generator is pretrained on): it records each with
+    `ledger.release` and may change the model; both are checkpointed at once, before any step, so a
+    restarted run continues from them instead of releasing again.
     Returns the run's record: `epsilon`, `steps`, `history` (per-epoch logs), `resumed`, ...
 
     Example:
@@ -383,6 +443,10 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
                                 run=run).restore(latest).assert_existing_objects_matched()
         else:
             checkpoint.restore(latest).assert_existing_objects_matched()
+    if plan.config.private and plan.pending_releases:
+        _release(model.ledger, plan, make_releases)
+        manager.save()  # the releases and what they changed, before any step
+        plan = dataclasses.replace(plan, history=(*plan.history, *plan.pending_segments()), pending_releases=())
     dataset, q, steps_per_epoch = make_dataset(arrays, plan.batch_size, plan.sampling,
                                                int(state.sampling_seed.numpy()), int(model.step_count.numpy()))
     noise = plan.effective_noise_multiplier
@@ -407,15 +471,16 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
         hist = model.fit(dataset, epochs=plan.epochs, initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
-    if plan.config.private and plan.history and model.ledger.total_steps == plan.steps_taken:
-        used = [row["noise_multiplier"] for row in model.ledger.raw_segments() if row["steps"] > 0][-1]
-        plan = noise_as_used(plan, used)  # no step taken (a step or time limit, the budget): record the noise used
+    used = [row["noise_multiplier"] for row in model.ledger.raw_segments() if row["steps"] > 0]
+    if plan.config.private and used and model.ledger.total_steps == plan.steps_taken:
+        plan = noise_as_used(plan, used[-1])  # no step taken (a step or time limit, the budget): record the noise used
         write_json(os.path.join(output_dir, PRIVACY_PLAN_FILE), {**plan.summary(), "planned_steps": plan.planned_steps})
     train_steps = int(model.step_count.numpy())
     as_if_poisson = {}
     if plan.config.private and plan.sampling == "shuffle":  # a labelled second figure, not the epsilon
         as_if_poisson["epsilon_as_if_poisson"] = plan.accountant.epsilon(
-            [(row["sampling_rate"], row["noise_multiplier"], row["steps"]) for row in model.ledger.raw_segments()],
+            [tuple(row["accounted_as"]) if row["scheme"] == RELEASE else
+             (row["sampling_rate"], row["noise_multiplier"], row["steps"]) for row in model.ledger.raw_segments()],
             plan.delta)
     return {
         **as_if_poisson,
