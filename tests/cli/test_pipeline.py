@@ -63,5 +63,6 @@ def test_training_uses_the_progress_bar_that_ends_an_early_stop_at_the_steps_tak
 
     monkeypatch.setattr(pipeline, "fit_private", fit_private)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.train(types.SimpleNamespace(model=None, arrays=None, optimizer=None), None, str(tmp_path), 0, 2)
+        pipeline.train(types.SimpleNamespace(model=None, arrays=None, optimizer=None, make_releases=None), None,
+                       str(tmp_path), 0, 2)
     assert [type(c) for c in seen["callbacks"]][-1] is StepProgressBar
