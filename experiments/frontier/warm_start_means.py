@@ -1,7 +1,8 @@
 """Issue #47.8, before building it: what a small ε buys as DP per-class mean images (the warm start's
 release) and what it costs the GAN run that follows.
 
-The release: each training image clipped to L2 norm C (C = 1: every image is, so each contributes
+The release (`tfpriv.privacy.class_means`, since #47.8 was built; this script had its own copy when
+it made the records): each training image clipped to L2 norm C (C = 1: every image is, so each contributes
 its direction), placed in its class's row of a [K, d + 1] table with κ = C in the row's count slot, and
 Gaussian noise of std z·√(C² + κ²) on every entry. Adding or removing one example changes one row
 by a vector of norm ≤ √(C² + κ²): one Gaussian mechanism, which the ledger accounts as one step at
@@ -24,6 +25,7 @@ import os
 import numpy as np
 
 from tfpriv.data import load_dataset
+from tfpriv.privacy.class_means import noisy_class_means
 from tfpriv.privacy.accounting import RDP
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,17 +35,20 @@ RECIPES = {"mnist": (4012, 1024), "fashion_mnist": (2006, 1024)}
 
 def noisy_means(x: np.ndarray, y: np.ndarray, classes: int, z: float, rng: np.random.Generator,
                 clip: float = 1.0, kappa: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """(noisy class means [K, d], exact class means of the clipped images [K, d])."""
-    flat = x.reshape(len(x), -1).astype(np.float64)
-    norms = np.linalg.norm(flat, axis=1, keepdims=True)
-    clipped = flat * np.minimum(1.0, clip / np.maximum(norms, 1e-12))
-    sums = np.zeros((classes, flat.shape[1]))
-    np.add.at(sums, y, clipped)
-    counts = np.bincount(y, minlength=classes).astype(np.float64)
-    std = z * np.hypot(clip, kappa)
-    noisy_sums = sums + rng.normal(0.0, std, sums.shape)
-    noisy_counts = (kappa * counts + rng.normal(0.0, std, classes)) / kappa
-    return noisy_sums / np.maximum(noisy_counts, 1.0)[:, None], sums / counts[:, None]
+    """(noisy class means [K, d], exact class means of the clipped images [K, d]): the release of
+    `tfpriv.privacy.class_means`, which the GAN's --warm_start_epsilon makes (z = 0: no noise)."""
+    exact = noisy_class_means(x, y, classes, 1.0, _Silent(), clip=clip, count_weight=kappa).means
+    if z == 0:
+        return exact, exact
+    return noisy_class_means(x, y, classes, z, rng, clip=clip, count_weight=kappa).means, exact
+
+
+class _Silent:
+    """A generator that draws zeros: the release without its noise."""
+
+    @staticmethod
+    def normal(loc, scale, size):
+        return np.zeros(size)
 
 
 def _unit(a: np.ndarray) -> np.ndarray:
