@@ -111,8 +111,8 @@ def test_sample_without_generator_is_a_usage_error(tmp_path):
 
 @pytest.fixture(scope="module")
 def scored_run(tmp_path_factory, data_dir):
-    """A tiny seeded DPGAN run stopped by --max_steps, with --public_scores, read by the tests of its
-    keys and of its public scores: (run folder, run's return, what it printed, the splits evaluation
+    """A tiny seeded DPGAN run stopped by --max_steps, with --public_scores and a warm start, read by the
+    tests of its keys, its public scores and its release: (run folder, run's return, what it printed, the splits evaluation
     classifiers were fitted on). The classifiers are untrained stand-ins (two different networks:
     their scores differ), and they score the first 500 test images (reference features, real IS)."""
     from tfpriv.metrics import eval_classifier
@@ -126,7 +126,8 @@ def scored_run(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("scored") / "run"
     s = gan_job.JOB.settings(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                              latent_size=4, batch_size=500, epochs=2, max_steps=3, eval_every=0, num_samples=20,
-                             seed=0, verbose=0, public_scores=True, classifier_cache_dir=str(out.parent / "cache"))
+                             seed=0, verbose=0, public_scores=True, classifier_cache_dir=str(out.parent / "cache"),
+                             warm_start_epsilon=0.3, warm_start_steps=3)
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
         patch.setattr(eval_classifier, "get_classifier", get_classifier)
         small_test_split(patch)
@@ -284,24 +285,24 @@ def test_a_dpimagebench_run_records_the_protocol_and_adds_the_selections_epsilon
     assert (out / "results.json").read_text() == before
 
 
-def test_a_warm_started_run_accounts_its_release_and_a_resume_cannot_change_it(tmp_path, data_dir, monkeypatch):
-    """#47.8 through the job: the class means' release is the ledger's first row, the critic's noise is
-    calibrated for what it leaves of --epsilon, and the run's epsilon composes both; resuming the
-    folder with another --warm_start_epsilon is refused naming the flag."""
+def test_a_warm_started_run_accounts_its_release_and_a_resume_cannot_change_it(scored_run, data_dir):
+    """#47.8 through the job (`scored_run`): the class means' release is the ledger's first row, at the
+    noise of --warm_start_epsilon alone, and the run's epsilon composes it with the critic's steps;
+    resuming the folder with another --warm_start_epsilon is refused naming the flag, before anything runs."""
     from tfpriv.errors import ConfigError
     from tfpriv.privacy.accounting import RDP
-    monkeypatch.setattr(gan_job, "_classifier", lambda s, split="train": tiny_classifier())
-    out = tmp_path / "run"
-    common = dict(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2, latent_size=4,
-                  batch_size=500, epochs=1, eval_every=0, num_samples=20, seed=0, verbose=0, conditional=True,
-                  downstream_samples=20, downstream_epochs=1, epsilon=2.0, warm_start_steps=3, max_steps=2)
-    res = gan_job.run(gan_job.JOB.settings(warm_start_epsilon=0.3, **common), str(out))
+    out, res, _, _ = scored_run
     release, steps = res["ledger"]
     assert release["scheme"] == "release" and release["name"] == "class_means" and release["steps"] == 0
     assert RDP.epsilon([tuple(release["accounted_as"])], res["delta"]) == pytest.approx(0.3, rel=1e-3)
     composed = [tuple(release["accounted_as"]), tuple(steps["accounted_as"])]
-    assert res["epsilon"] == pytest.approx(RDP.epsilon(composed, res["delta"])) and res["epsilon"] <= 2.0
-    assert res["steps"] == steps["steps"] == 2 and res["releases"][0]["made"]
+    assert res["epsilon"] == pytest.approx(RDP.epsilon(composed, res["delta"]))
+    assert res["steps"] == steps["steps"] == 3 and res["releases"][0]["made"]
+    before = sorted(p.name for p in out.iterdir())
+    settings = json.load(open(out / "results.json"))["gan"]
     with pytest.raises(ConfigError, match="^releases: the ledger holds 'class_means' at noise multiplier") as err:
-        gan_job.run(gan_job.JOB.settings(warm_start_epsilon=0.2, **common), str(out))
+        gan_job.run(gan_job.JOB.settings(model="dpgan", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
+                                         latent_size=4, batch_size=500, epochs=2, seed=0, verbose=0,
+                                         warm_start_epsilon=0.2), str(out))
     assert gan_job.JOB.flag_for(err.value.param) == "warm_start_epsilon"
+    assert sorted(p.name for p in out.iterdir()) == before and settings["warm_start_epsilon"] == 0.3
