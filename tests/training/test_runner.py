@@ -311,6 +311,8 @@ def test_a_release_the_run_cannot_make_as_planned_is_refused(tmp_path):
         plan_privacy(DPConfig(aggregation="none"), vae().term_spec(), N, 20, 1, delta=1e-3, releases={"means": 0.5})
     with pytest.raises(ConfigError, match="^releases: the epsilon of 'means' must be positive, finite and below"):
         plan(vae(), epochs=1, target_epsilon=1.0, releases={"means": 1.0})
+    with pytest.raises(ConfigError, match="^releases: they alone would spend more than max_epsilon=0.3"):
+        plan(vae(), epochs=1, max_epsilon=0.3, releases={"means": 0.5})
 
 
 def test_a_release_is_refused_after_steps_and_at_another_noise_than_the_ledgers(tmp_path, one_epoch_run):

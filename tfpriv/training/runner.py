@@ -196,6 +196,8 @@ def plan_privacy(config: DPConfig, spec: TermSpec, num_examples: int, batch_size
             raise ConfigError(f"releases: the epsilon of {name!r} must be positive, finite and below target_epsilon "
                               f"({target_epsilon}), got {epsilon}")
         planned.append((str(name), chosen.calibrate(epsilon, delta, 1.0, 1)))
+    if planned and max_epsilon is not None and chosen.epsilon([(1.0, z, 1) for _, z in planned], delta) > max_epsilon:
+        raise ConfigError(f"releases: they alone would spend more than max_epsilon={max_epsilon:g}, a hard budget")
     plan = PrivacyPlan(config, has_batch, num_examples, batch_size, sampling, q, steps_per_epoch, epochs,
                        delta, target_epsilon, max_epsilon, accountant=chosen, releases=tuple(planned),
                        pending_releases=tuple(planned))
