@@ -38,45 +38,51 @@ USER_MODELS = ("convnet", "lstm", "gru", "transformer")  # bench/make_private_mo
 flags.DEFINE_enum("architecture", "conv", ["conv", "mlp", "mlp_classifier", "conv_classifier", *USER_MODELS],
                   "A model of bench/throughput.py or bench/make_private_models.py.")
 flags.DEFINE_enum("aggregation", "termwise", ["termwise", "micro"], "Private mode (with the MMD batch term).")
+flags.DEFINE_bool("dynamic_batch", True, "Trace the stages for any batch size, as a private fit does (Poisson "
+                  "batches); --nodynamic_batch traces them for the fixed batch's shape.")
 FLAGS = flags.FLAGS
 
 
-def stages(model, engine, x) -> dict:
-    b = tf.shape(tf.nest.flatten(x)[0])[0]
+def stages(model, engine, batch, dynamic: bool) -> dict:
+    """The stages as `tf.function`s of the batch. `dynamic`: traced for any batch size, as a private
+    `fit` traces its step (Poisson batches vary in size); else for this batch's shape."""
 
-    def fast_pass():
-        layout = engine.layout(b)
-        return engine._pass(model.loss_fn, x, layout, b)[0]
+    def size(x):
+        return tf.shape(tf.nest.flatten(x)[0])[0]
 
-    def non_private():
-        layout = engine.layout(b)
+    def fast_pass(x):
+        b = size(x)
+        return engine._pass(model.loss_fn, x, engine.layout(b), b)[0]
+
+    def non_private(x):
+        layout = engine.layout(size(x))
         with tf.GradientTape() as tape:
             terms = model.loss_fn(x, layout)
             loss = tf.reduce_mean(terms.sample_total()) + tf.reduce_mean(terms.batch_total(layout.num_partitions))
         return tape.gradient(loss, engine.variables)
 
-    def forward():
-        return engine._forward(model.loss_fn, x, engine.layout(b))[2]
+    def forward(x):
+        return engine._forward(model.loss_fn, x, engine.layout(size(x)))[2]
 
-    def backward():
-        p = fast_pass()
+    def backward(x):
+        p = fast_pass(x)
         return [g for g in p.g_phi + (p.g_psi or []) if g is not None]
 
-    def factors():
-        p = fast_pass()
+    def factors(x):
+        p = fast_pass(x)
         kinds = ("phi", "psi") if engine.batch_terms else ("phi",)
         found = [q for which in kinds for q in p._quantities(which).values()]
         return [t for _, q in found for t in tf.nest.flatten(q) if t is not None]
 
-    def sample_norms():
-        return fast_pass().sample_sq_norms()
+    def sample_norms(x):
+        return fast_pass(x).sample_sq_norms()
 
-    def group_norms():
-        p = fast_pass()
+    def group_norms(x):
+        p = fast_pass(x)
         return p.sample_sq_norms(), (p.micro_sq_norms() if engine.config.aggregation == "micro"
                                      else p.partition_sq_norms())
 
-    def without_noise():
+    def without_noise(x):
         add_noise = engine._add_noise
         engine._add_noise = lambda grads, psi_reaches=None: grads   # at trace time only: the graph has no noise
         try:
@@ -84,10 +90,11 @@ def stages(model, engine, x) -> dict:
         finally:
             engine._add_noise = add_noise
 
-    def whole():
+    def whole(x):
         return engine.gradients(model.loss_fn, x)[0]
 
-    def noise_alone():
+    def noise_alone(x):
+        del x
         return engine._add_noise([tf.zeros_like(v) for v in engine.variables])
 
     fns = {"non-private gradient": non_private, "forward with taps": forward,
@@ -97,7 +104,9 @@ def stages(model, engine, x) -> dict:
            "noise alone": noise_alone}
     if not engine.batch_terms:
         del fns["+ group norms"]
-    return {k: tf.function(f) for k, f in fns.items()}
+    spec = tf.nest.map_structure(
+        lambda t: tf.TensorSpec([None if dynamic else t.shape[0], *t.shape[1:]], t.dtype), batch)
+    return {k: tf.function(f, input_signature=[spec]) for k, f in fns.items()}
 
 
 def _model_and_batch(architecture: str, aggregation: str, b: int):
@@ -142,20 +151,21 @@ def main(argv):
     b = FLAGS.batch_size
     model, x = _model_and_batch(FLAGS.architecture, FLAGS.aggregation, b)
     engine = model.prepare(x)
-    fns = stages(model, engine, x)
+    fns = stages(model, engine, x, FLAGS.dynamic_batch)
     for f in fns.values():
-        f()
-        f()
+        f(x)
+        f(x)
     load = os.getloadavg()[0]
     seconds = {k: [] for k in fns}
     for _ in range(FLAGS.rounds):
         for k, f in fns.items():
             start = time.perf_counter()
-            f()
+            f(x)
             seconds[k].append(time.perf_counter() - start)
     base = np.array(seconds["non-private gradient"])
     mode = "micro" if FLAGS.architecture.endswith("classifier") or FLAGS.architecture in USER_MODELS else FLAGS.aggregation
-    print(f"{FLAGS.architecture}, {mode}, B={b}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    shape = "any batch size" if FLAGS.dynamic_batch else "static batch shape"
+    print(f"{FLAGS.architecture}, {mode}, B={b}, traced for {shape}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for k, s in seconds.items():
         q1, med, q3 = np.percentile(np.array(s) / base, [25, 50, 75])
         print(f"  {k:30s} {np.median(s) * 1e3:8.1f} ms   ratio to non-private gradient {med:5.2f} [{q1:.2f}, {q3:.2f}]")

@@ -163,15 +163,19 @@ class FastPass:
         # the clipped sum of such a layer is then a [G]-weighted sum of them, not another
         # pass over its rows (Bu et al. 2022).
         self._instantiated: dict = {}
+        # layer id -> positions per example of a factor layer, known from its calls' static shapes
+        # (`_positions`), for the cost model when the batch size is not static (Poisson batches).
+        self._positions: dict[int, int | None] = {}
 
     # -- per-layer per-example quantities -------------------------------------------------
     def _layer_factors(self, layer_id: int, grads: list[tf.Tensor]):
         """U [B, T, du], V [B, T, dv], bias rows [B, nb] or None for a factor-rule layer."""
         taps = self.recorder.taps
-        us, vs, bias = [], [], None
+        us, vs, bias, per_row = [], [], None, []
         for k in self.by_layer[layer_id]:
             tap = taps[k]
             u, v = tap.rule.factors(tap, grads[k])
+            per_row.append(u.shape[1])
             us.append(tf.reshape(u, [self.batch_size, -1, u.shape[-1]]))
             vs.append(tf.reshape(v, [self.batch_size, -1, v.shape[-1]]))
             if tap.rule.bias(tap.layer) is not None:
@@ -180,7 +184,14 @@ class FastPass:
                 bias = rows if bias is None else bias + rows
         u = us[0] if len(us) == 1 else tf.concat(us, axis=1)
         v = vs[0] if len(vs) == 1 else tf.concat(vs, axis=1)
+        self._positions[layer_id] = None if None in per_row else sum(per_row)
         return u, v, bias
+
+    def _rows_per_example(self, layer_id: int, u: tf.Tensor) -> int | None:
+        """A factor layer's positions per example for the choice of ghost or direct norms: static
+        in U [B, T, du] when the batch size is, else the sum of its calls' positions per row (one
+        row per example per call, the usual case). Only the cost depends on it: both forms are exact."""
+        return u.shape[1] if u.shape[1] is not None else self._positions.get(layer_id)
 
     def _balanced_factors(self, which: str, layer_id: int) -> tuple[tf.Tensor, tf.Tensor]:
         """The layer's (U, V) for `which` term, balanced (cached: computed only for layers that need it)."""
@@ -239,7 +250,7 @@ class FastPass:
         for layer_id, (kind, q) in self._quantities("phi").items():
             if kind == "factor":
                 u, v, bias = q
-                rows = u.shape[1]
+                rows = self._rows_per_example(layer_id, u)
                 if rows is None or _ghost_pays(rows, u.shape[-1], v.shape[-1]):
                     total += _ghost_sq_norms(*self._balanced_factors("phi", layer_id))
                 else:
@@ -259,7 +270,7 @@ class FastPass:
         for layer_id, (kind, q) in self._quantities("psi").items():
             if kind == "factor":
                 u, v, bias = q
-                rows = self.expected_rows * (u.shape[1] if u.shape[1] is not None else 1)
+                rows = self.expected_rows * (self._rows_per_example(layer_id, u) or 1)
                 ghost = _ghost_pays(rows, u.shape[-1], v.shape[-1])
                 if ghost:
                     u, v = self._balanced_factors("psi", layer_id)  # row-wise, so before grouping

@@ -143,6 +143,14 @@ def per_example_sums(rows: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.reshape(rows, tf.concat([[batch_size, -1], tf.shape(rows)[1:]], 0)), axis=1)
 
 
+def by_position(x: tf.Tensor, depth: int) -> tf.Tensor:
+    """[R, ...] -> [R, T, depth] with T static whenever x's shape is but for its rows (a Poisson
+    batch's size is unknown when the step is traced): the choice of ghost or direct norms reads T."""
+    inner = x.shape[1:]
+    positions = inner.num_elements() // depth if inner.is_fully_defined() else -1
+    return tf.reshape(x, [tf.shape(x)[0], positions, depth])
+
+
 def mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
     if x.shape.rank is not None:  # the usual case: a static shape for keep, no shape ops in the graph

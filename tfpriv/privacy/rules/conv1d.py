@@ -4,7 +4,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import activation_tail, plain
+from tfpriv.privacy.rules.base import activation_tail, by_position, plain
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
@@ -39,12 +39,9 @@ class Conv1DRule(ConvRule):
 
     def factors(self, tap, grad):
         layer = tap.layer
-        rows = tf.shape(grad)[0]
         x, padding = self._padded(layer, tf.cast(tap.inputs, grad.dtype))
         u = patches(x[:, None], (1, layer.kernel_size[0]), (1, layer.strides[0]), (1, layer.dilation_rate[0]), padding)
-        u = tf.reshape(u, [rows, -1, u.shape[-1]])
-        v = tf.reshape(grad, [rows, -1, layer.filters])
-        return u, v
+        return by_position(u, u.shape[-1]), by_position(grad, layer.filters)
 
     def bias_rows(self, tap, grad):
         return tf.reduce_sum(grad, axis=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import activation_tail, plain
+from tfpriv.privacy.rules.base import activation_tail, by_position, plain
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
@@ -28,8 +28,5 @@ class Conv2DRule(ConvRule):
 
     def factors(self, tap, grad):
         layer = tap.layer
-        rows = tf.shape(grad)[0]
         u = patches(tf.cast(tap.inputs, grad.dtype), layer.kernel_size, layer.strides, layer.dilation_rate, layer.padding)
-        u = tf.reshape(u, [rows, -1, u.shape[-1]])
-        v = tf.reshape(grad, [rows, -1, layer.filters])
-        return u, v
+        return by_position(u, u.shape[-1]), by_position(grad, layer.filters)

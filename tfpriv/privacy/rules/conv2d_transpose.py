@@ -4,7 +4,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import activation_tail
+from tfpriv.privacy.rules.base import activation_tail, by_position
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
@@ -43,8 +43,5 @@ class Conv2DTransposeRule(ConvRule):
         # y = conv_transpose(x, K) is the adjoint of x' = conv2d(y', K), so dL/dK is conv2d's
         # filter gradient with the roles swapped: patches of dL/dy against the input pixels.
         layer = tap.layer
-        rows = tf.shape(grad)[0]
         u = patches(grad, layer.kernel_size, layer.strides, (1, 1), layer.padding)
-        u = tf.reshape(u, [rows, -1, u.shape[-1]])
-        v = tf.reshape(tf.cast(tap.inputs, grad.dtype), [rows, -1, tap.inputs.shape[-1]])
-        return u, v
+        return by_position(u, u.shape[-1]), by_position(tf.cast(tap.inputs, grad.dtype), tap.inputs.shape[-1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail, plain
+from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail, by_position, plain
 
 
 class DenseRule(FactorRule):
@@ -25,10 +25,7 @@ class DenseRule(FactorRule):
 
     def factors(self, tap, grad):
         d_in, d_out = self.kernel(tap.layer).shape
-        rows = tf.shape(tap.inputs)[0]
-        u = tf.reshape(tf.cast(tap.inputs, grad.dtype), [rows, -1, d_in])
-        v = tf.reshape(grad, [rows, -1, d_out])
-        return u, v
+        return by_position(tf.cast(tap.inputs, grad.dtype), d_in), by_position(grad, d_out)
 
     def kernel_from_outer(self, layer, outer):
         return outer

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail, plain
+from tfpriv.privacy.rules.base import FactorRule, Layer, activation_tail, by_position, plain
 
 _EQUATION = re.compile(r"^([a-z]+),([a-z]+)->([a-z]+)$")
 
@@ -61,13 +61,11 @@ class EinsumDenseRule(FactorRule):
 
     def factors(self, tap, grad):
         lhs, kernel, out, positions, contracted, free = self._letters(tap.layer)
-        rows = tf.shape(grad)[0]
         x = tf.transpose(tf.cast(tap.inputs, grad.dtype), [lhs.index(c) for c in lhs[0] + positions + contracted])
         g = tf.transpose(grad, [out.index(c) for c in out[0] + positions + free])
         size = dict(zip(kernel, self.kernel(tap.layer).shape))
-        u = tf.reshape(x, [rows, -1, int(np.prod([size[c] for c in contracted]))])
-        v = tf.reshape(g, [rows, -1, int(np.prod([size[c] for c in free]))])
-        return u, v
+        return (by_position(x, int(np.prod([size[c] for c in contracted]))),
+                by_position(g, int(np.prod([size[c] for c in free]))))
 
     def kernel_from_outer(self, layer, outer):
         # outer [..., C, F] flattened -> [..., *C axes, *F axes] -> the kernel's own axis order.
