@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -101,12 +101,16 @@ def poisson_mask(seed: int, step: tf.Tensor, num_examples: int, sampling_rate: f
     return u < sampling_rate
 
 
-def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0) -> tf.data.Dataset:
+def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0,
+                    pack: Callable | None = None) -> tf.data.Dataset:
     """Endless dataset of Poisson-sampled batches; the batch of step s depends on (seed, s) only.
+    `pack` makes an element of the batch's arrays (default: `arrays`' own structure).
 
     TensorFlow ops throughout (`poisson_mask`, a gather from the arrays held as one dataset element,
     as Keras holds arrays), except one Python call per iteration that reads where it starts: a Python
-    generator per batch held the GIL against the training loop (1.3 ms a step on the README's MLP)."""
+    generator per batch held the GIL against the training loop (1.3 ms a step on the README's MLP).
+    One `map` draws and packs a batch: every dataset function is traced when the dataset is made,
+    at every `fit` (about 25 ms each)."""
     parts = _as_tuple(arrays)
     n = len(parts[0])
     if not 0 < sampling_rate <= 1:
@@ -122,14 +126,16 @@ def poisson_dataset(arrays, sampling_rate: float, seed: int, start_step: int = 0
         start = tf.reshape(tf.py_function(first_step, [], tf.int64), [])
         return tf.data.Dataset.range(start, np.iinfo(np.int64).max)
 
+    pack = pack or (lambda *b: _unwrap(arrays, b))
+
+    @tf.autograph.experimental.do_not_convert  # no Python control flow here; converting costs a trace
     def batch(step, data):
         idx = tf.where(poisson_mask(seed, step, n, sampling_rate))[:, 0]
-        return tuple(tf.gather(p, idx) for p in data)
+        return pack(*(tf.gather(p, idx) for p in data))
 
     steps = tf.data.Dataset.range(1).flat_map(steps_from)
     data = tf.data.Dataset.from_tensors(tuple(tf.convert_to_tensor(p) for p in parts)).repeat()
-    ds = tf.data.Dataset.zip((steps, data)).map(batch)
-    return _tagged(_global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)), tag)
+    return _tagged(_global_batches(tf.data.Dataset.zip((steps, data)).map(batch).prefetch(2)), tag)
 
 
 def poisson_batches(x, y=None, *, batch_size: int, seed: int | None = None) -> tf.data.Dataset:
@@ -154,14 +160,14 @@ def poisson_batches(x, y=None, *, batch_size: int, seed: int | None = None) -> t
     structure = (tuple(x) if isinstance(x, (tuple, list)) else x) if y is None else \
         (tuple(x) if isinstance(x, (tuple, list)) else x, y)
     flat = tuple(np.asarray(a) for a in tf.nest.flatten(structure))
-    ds = poisson_dataset(flat, batch_size / n, new_sampling_seed() if seed is None else seed)
-    tag = sampled_by(ds)
-    return _tagged(ds.map(lambda *parts: tf.nest.pack_sequence_as(structure, list(parts))), tag)
+    return poisson_dataset(flat, batch_size / n, new_sampling_seed() if seed is None else seed,
+                           pack=lambda *parts: tf.nest.pack_sequence_as(structure, list(parts)))
 
 
-def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
+def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0,
+                    pack: Callable | None = None) -> tf.data.Dataset:
     """Endless fixed-size batches from reshuffled epochs (remainder dropped); epoch e's
-    permutation depends on (seed, e) only."""
+    permutation depends on (seed, e) only. `pack` as for `poisson_dataset`."""
     parts = _as_tuple(arrays)
     n = len(parts[0])
     if not 1 <= batch_size < n:
@@ -179,7 +185,7 @@ def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0) -> 
             epoch, slot = epoch + 1, 0
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(parts))
-    return _tagged(_global_batches(ds.map(lambda *b: _unwrap(arrays, b)).prefetch(2)),
+    return _tagged(_global_batches(ds.map(pack or (lambda *b: _unwrap(arrays, b))).prefetch(2)),
                    Sampled("shuffle", batch_size / n, n, per_epoch, start_step))
 
 
@@ -202,13 +208,14 @@ def sampling_rate_and_steps(num_examples: int, batch_size: int, sampling: str) -
     return q, steps_per_epoch
 
 
-def make_dataset(arrays, batch_size: int, sampling: str, seed: int,
-                 start_step: int = 0) -> tuple[tf.data.Dataset, float, int]:
-    """(dataset, sampling rate q, steps per epoch); the dataset's first batch is step `start_step`'s."""
+def make_dataset(arrays, batch_size: int, sampling: str, seed: int, start_step: int = 0,
+                 pack: Callable | None = None) -> tuple[tf.data.Dataset, float, int]:
+    """(dataset, sampling rate q, steps per epoch); the dataset's first batch is step `start_step`'s;
+    `pack` makes an element of a batch's arrays (default: `arrays`' own structure)."""
     q, steps_per_epoch = sampling_rate_and_steps(len(_as_tuple(arrays)[0]), batch_size, sampling)
     if sampling == "poisson":
-        return poisson_dataset(arrays, q, seed, start_step), q, steps_per_epoch
-    return shuffle_dataset(arrays, batch_size, seed, start_step), q, steps_per_epoch
+        return poisson_dataset(arrays, q, seed, start_step, pack), q, steps_per_epoch
+    return shuffle_dataset(arrays, batch_size, seed, start_step, pack), q, steps_per_epoch
 
 
 def default_max_batch_size(n: int, q: float, tail_sds: float = 6.0) -> int:

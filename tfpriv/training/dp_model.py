@@ -255,10 +255,9 @@ class DPTraining:
                                           f"num_examples={self.num_examples}")
             seed = new_sampling_seed() if seed is None else seed
             start = int(self.step_count.numpy()) if self.step_count is not None else 0
-            batches, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
-                                                 seed, start)
-            tag = sampled_by(batches)
-            x = batches.map(_packer(structure))
+            x, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
+                                           seed, start, pack=_packer(structure))
+            tag = sampled_by(x)
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
             kwargs.setdefault("shuffle", False)
