@@ -105,8 +105,10 @@ class Config:
 
 
 def keras_step(model: keras.Model, data) -> Callable[[], object]:
-    """One `train_step` of a compiled model on a fixed batch, through Keras's own train function."""
-    ds = tf.data.Dataset.from_tensors(data).repeat()
+    """One `train_step` of a compiled model on a fixed batch, through Keras's own train function,
+    traced for any batch size as `fit` traces it (Poisson batches vary in size; Keras' last batch)."""
+    unknown_size = lambda t: tf.compat.v1.placeholder_with_default(t, [None, *t.shape[1:]])  # noqa: E731
+    ds = tf.data.Dataset.from_tensors(data).repeat().map(lambda *d: tf.nest.map_structure(unknown_size, d if len(d) > 1 else d[0]))
     private = {"sampling": "fixed"} if getattr(getattr(model, "dp_config", None), "private", False) else {}
     model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0, **private)  # builds, prepares and traces
     iterator = iter(ds)
