@@ -164,7 +164,7 @@ class FastPass:
         # pass over its rows (Bu et al. 2022).
         self._instantiated: dict = {}
         # layer id -> positions per example of a factor layer, known from its calls' static shapes
-        # (`_positions`), for the cost model when the batch size is not static (Poisson batches).
+        # (`_rows_per_example`), for the cost model when the batch size is not static (Poisson batches).
         self._positions: dict[int, int | None] = {}
 
     # -- per-layer per-example quantities -------------------------------------------------
