@@ -16,7 +16,7 @@ alone under `tf.vectorized_map`. All expose the same operations the engine needs
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
@@ -56,6 +56,14 @@ def _ghost_sq_norms(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
     uu = tf.einsum("gri,gsi->grs", u, u)
     vv = tf.einsum("grj,gsj->grs", v, v)
     return tf.reduce_sum(uu * vv, axis=[1, 2])
+
+
+def _finite_or(fast: tf.Tensor, selected: Callable[[], tf.Tensor]) -> tf.Tensor:
+    """`fast`, a coefficient-weighted sum over groups that did not select away the groups with
+    coefficient 0, if it is finite: each of those then added 0 times a finite value, exactly 0.
+    Else `selected()`, the same sum with them selected away (0 times NaN/inf is NaN). A masking
+    select over a [G, du, dv] tensor costs as much as the sum itself; it runs only when needed."""
+    return tf.cond(tf.reduce_all(tf.math.is_finite(fast)), lambda: fast, selected)
 
 
 def _group_outer(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
@@ -271,15 +279,16 @@ class FastPass:
             if kind == "factor":
                 u, v, bias = q
                 rows = self.expected_rows * (self._rows_per_example(layer_id, u) or 1)
-                ghost = _ghost_pays(rows, u.shape[-1], v.shape[-1])
-                if ghost:
+                if _ghost_pays(rows, u.shape[-1], v.shape[-1]):
                     u, v = self._balanced_factors("psi", layer_id)  # row-wise, so before grouping
-                ug = tf.reshape(layout.gather(u), [layout.num_partitions, -1, u.shape[-1]])
-                vg = tf.reshape(layout.gather(v), [layout.num_partitions, -1, v.shape[-1]])
-                if ghost:
+                    ug = tf.reshape(layout.gather(u), [layout.num_partitions, -1, u.shape[-1]])
+                    vg = tf.reshape(layout.gather(v), [layout.num_partitions, -1, v.shape[-1]])
                     total += _ghost_sq_norms(ug, vg)
                 else:
-                    outer = self._instantiated[("psi", layer_id)] = _group_outer(ug, vg)
+                    # Each example's gradient, summed by partition: no padded [P, max size, T, d] copies of
+                    # U and V (partitions differ in size; the largest is ~1.7x the mean at 16 of 256).
+                    outer = layout.sum_by_partition(_group_outer(u, v))
+                    self._instantiated[("psi", layer_id)] = outer
                     total += _outer_sq_norms(outer)
                 if bias is not None:
                     total += tf.reduce_sum(tf.square(tf.reduce_sum(layout.gather(bias), axis=1)), axis=1)
@@ -290,7 +299,7 @@ class FastPass:
                 total += _row_sparse_sq_norms(ids, values, self._table(layer_id).shape[0])
             else:
                 for g in q:
-                    summed = tf.math.unsorted_segment_sum(g, layout.partition_ids, layout.num_partitions)
+                    summed = layout.sum_by_partition(g)
                     total += _flat_sq(summed)
         return total
 
@@ -363,7 +372,8 @@ class FastPass:
             outer = self._instantiated.get((which, layer_id))
             if outer is None:
                 return None
-            parts.append(tf.tensordot(coef, mask_rows(outer, coef != 0.0), axes=1))
+            parts.append(_finite_or(tf.tensordot(coef, outer, axes=1),
+                                    lambda o=outer, c=coef: tf.tensordot(c, mask_rows(o, c != 0.0), axes=1)))
         return tf.add_n(parts) if parts else None
 
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:

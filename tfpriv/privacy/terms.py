@@ -86,8 +86,8 @@ class BatchLayout:
                                   maxlength=self.num_partitions, dtype=tf.int32)
         self.counts = counts
         self.max_size = tf.reduce_max(tf.concat([counts, [0]], axis=0))
-        order = tf.argsort(self.partition_ids, stable=True)
-        sorted_ids = tf.gather(self.partition_ids, order)
+        self.order = order = tf.argsort(self.partition_ids, stable=True)
+        self.sorted_ids = sorted_ids = tf.gather(self.partition_ids, order)
         starts = tf.cumsum(counts, exclusive=True)
         slot = tf.range(self.batch_size) - tf.gather(starts, sorted_ids)
         coords = tf.stack([sorted_ids, slot], axis=1)
@@ -116,7 +116,18 @@ class BatchLayout:
         layout.max_size = n
         layout.index = tf.range(n)[None, :]
         layout.mask = tf.ones([1, n], tf.float32)
+        layout.order, layout.sorted_ids = tf.range(n), layout.partition_ids
         return layout
+
+    def sum_by_partition(self, rows: tf.Tensor) -> tf.Tensor:
+        """[B, ...] -> [P, ...], each partition's rows summed; a row's NaN/inf reaches its own partition
+        only. A sorted segment sum: on CPU about twice as fast as an unsorted one, and unlike `gather`
+        it makes no padded [P, largest partition, ...] copy."""
+        rows = tf.convert_to_tensor(rows)
+        summed = tf.math.segment_sum(tf.gather(rows, self.order), self.sorted_ids)
+        # segment_sum stops at the largest id present: the partitions above it are empty.
+        empty = tf.zeros(tf.concat([[self.num_partitions - tf.shape(summed)[0]], tf.shape(summed)[1:]], 0), summed.dtype)
+        return tf.concat([summed, empty], 0)
 
     def gather(self, rows: tf.Tensor) -> tf.Tensor:
         """[B, ...] -> [P, M, ...], padded rows zeroed (use `mask` to ignore them).
