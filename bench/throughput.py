@@ -3,7 +3,7 @@
 Every section builds one model per configuration (the first is the model's non-private step)
 and times them round-robin: each round runs `--steps` train steps of every configuration on
 the same fixed batch (B examples; a fixed batch so Poisson variation does not blur the
-comparison). A row's ratio is computed per round (non-private seconds / private seconds:
+comparison), each step traced for any batch size as a private `fit` traces it. A row's ratio is computed per round (non-private seconds / private seconds:
 throughput relative to non-private, higher is better) and reported as the median and
 interquartile range over `--rounds` rounds, so load that drifts during the run affects both
 sides of each ratio alike. Each section records the 1-minute load average at its start and end.
@@ -326,12 +326,12 @@ def critic_config(name: str, b: int, label: str | None = None) -> Config:
     model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(**kw), num_examples=60000)
     model.prepare(batch)
 
-    @tf.function
-    def critic_step():
-        grads, _ = model.engine.gradients(model.loss_fn, model.private_inputs(batch))
+    @tf.function(input_signature=[{k: tf.TensorSpec([None, *t.shape[1:]], t.dtype) for k, t in batch.items()}])
+    def critic_step(data):  # traced for any batch size, as the GAN's training loop traces it
+        grads, _ = model.engine.gradients(model.loss_fn, model.private_inputs(data))
         model.optimizer.apply_gradients(zip(grads, model.engine.variables))
 
-    return Config(label or name, critic_step)
+    return Config(label or name, lambda: critic_step(batch))
 
 
 def wgan_critic_section(b: int, steps: int, rounds: int) -> dict:
