@@ -376,6 +376,17 @@ class FastPass:
                                     lambda o=outer, c=coef: tf.tensordot(c, mask_rows(o, c != 0.0), axes=1)))
         return tf.add_n(parts) if parts else None
 
+    def _bias_sum(self, layer_id: int, c_phi: tf.Tensor, psi_example: tf.Tensor | None) -> tf.Tensor:
+        """A factor layer's weighted bias gradient [n_bias] from the per-example bias rows its norms used
+        (all its calls summed), not from its weighted output gradients (a select over [R, T, d] per call).
+        Examples with coefficient 0 are selected away; psi_example: each example's partition coefficient."""
+        parts = []
+        for which, coef in (("phi", c_phi), ("psi", psi_example)):
+            q = self._quantities(which).get(layer_id) if coef is not None else None
+            if q is not None and q[1][2] is not None:
+                parts.append(tf.tensordot(coef, mask_rows(q[1][2], coef != 0.0), axes=1))
+        return tf.add_n(parts)
+
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
         """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j, aligned with `variables`.
 
@@ -424,24 +435,23 @@ class FastPass:
                 continue
             if isinstance(rule, rules.FactorRule):
                 layer_id = id(tap.layer)
-                if layer_id not in from_instantiated:
+                if layer_id not in from_instantiated:  # once per layer, for all its calls
                     kernel = self._instantiated_sum(layer_id, c_phi, c_psi if use_psi else None)
                     from_instantiated[layer_id] = kernel is not None
                     if kernel is not None:
                         for var, grad in zip(rule.kernels(tap.layer), rule.split_kernel(
                                 tap.layer, rule.kernel_from_outer(tap.layer, kernel))):
                             add(var, grad)
-                if from_instantiated[layer_id] and rule.bias(tap.layer) is None:
+                    bias = rule.bias(tap.layer)
+                    if bias is not None:
+                        add(bias, tf.reshape(self._bias_sum(layer_id, c_phi, psi_example), bias.shape))
+                if from_instantiated[layer_id]:
                     continue
                 g_w, alive = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
-                if not from_instantiated[layer_id]:
-                    # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
-                    for var, grad in zip(rule.kernels(tap.layer),
-                                         rule.split_kernel(tap.layer, rule.kernel_sum(tap, g_w, alive))):
-                        add(var, grad)
-                bias = rule.bias(tap.layer)
-                if bias is not None:  # bias rows are flat [R, n_bias]; the bias may have several axes
-                    add(bias, tf.reshape(tf.reduce_sum(rule.bias_rows(tap, g_w), axis=0), bias.shape))
+                # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
+                for var, grad in zip(rule.kernels(tap.layer),
+                                     rule.split_kernel(tap.layer, rule.kernel_sum(tap, g_w, alive))):
+                    add(var, grad)
             elif isinstance(rule, rules.RowSparseRule):
                 g_w, _ = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
                 table = rule.table(tap.layer)
@@ -487,6 +497,17 @@ class JacobianSums:
             total += 2.0 * tf.reduce_sum(tf.reshape(jp * m[None], [self.batch_size, -1]), axis=1)
             total += tf.reduce_sum(tf.square(m))
         return total
+
+    def _bias_sum(self, layer_id: int, c_phi: tf.Tensor, psi_example: tf.Tensor | None) -> tf.Tensor:
+        """A factor layer's weighted bias gradient [n_bias] from the per-example bias rows its norms used
+        (all its calls summed), not from its weighted output gradients (a select over [R, T, d] per call).
+        Examples with coefficient 0 are selected away; psi_example: each example's partition coefficient."""
+        parts = []
+        for which, coef in (("phi", c_phi), ("psi", psi_example)):
+            q = self._quantities(which).get(layer_id) if coef is not None else None
+            if q is not None and q[1][2] is not None:
+                parts.append(tf.tensordot(coef, mask_rows(q[1][2], coef != 0.0), axes=1))
+        return tf.add_n(parts)
 
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
         """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here).
