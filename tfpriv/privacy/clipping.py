@@ -498,17 +498,6 @@ class JacobianSums:
             total += tf.reduce_sum(tf.square(m))
         return total
 
-    def _bias_sum(self, layer_id: int, c_phi: tf.Tensor, psi_example: tf.Tensor | None) -> tf.Tensor:
-        """A factor layer's weighted bias gradient [n_bias] from the per-example bias rows its norms used
-        (all its calls summed), not from its weighted output gradients (a select over [R, T, d] per call).
-        Examples with coefficient 0 are selected away; psi_example: each example's partition coefficient."""
-        parts = []
-        for which, coef in (("phi", c_phi), ("psi", psi_example)):
-            q = self._quantities(which).get(layer_id) if coef is not None else None
-            if q is not None and q[1][2] is not None:
-                parts.append(tf.tensordot(coef, mask_rows(q[1][2], coef != 0.0), axes=1))
-        return tf.add_n(parts)
-
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
         """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here).
 
