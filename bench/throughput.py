@@ -3,8 +3,9 @@
 Every section builds one model per configuration (the first is the model's non-private step)
 and times them round-robin: each round runs `--steps` train steps of every configuration on
 the same fixed batch (B examples; a fixed batch so Poisson variation does not blur the
-comparison), each step traced for any batch size as a private `fit` traces it. A row's ratio is computed per round (non-private seconds / private seconds:
-throughput relative to non-private, higher is better) and reported as the median and
+comparison), each step traced for any batch size as a private `fit` traces it. A row's ratio
+is computed per round (non-private seconds / private seconds: throughput relative to
+non-private, higher is better) and reported as the median and
 interquartile range over `--rounds` rounds, so load that drifts during the run affects both
 sides of each ratio alike. Each section records the 1-minute load average at its start and end.
 The VAEs' termwise rows are compared with the non-private step whose batch term (MMD) sees the
@@ -108,7 +109,8 @@ def keras_step(model: keras.Model, data) -> Callable[[], object]:
     """One `train_step` of a compiled model on a fixed batch, through Keras's own train function,
     traced for any batch size as `fit` traces it (Poisson batches vary in size; Keras' last batch)."""
     unknown_size = lambda t: tf.compat.v1.placeholder_with_default(t, [None, *t.shape[1:]])  # noqa: E731
-    ds = tf.data.Dataset.from_tensors(data).repeat().map(lambda *d: tf.nest.map_structure(unknown_size, d if len(d) > 1 else d[0]))
+    ds = tf.data.Dataset.from_tensors(data).repeat().map(
+        lambda *d: tf.nest.map_structure(unknown_size, d if len(d) > 1 else d[0]))
     private = {"sampling": "fixed"} if getattr(getattr(model, "dp_config", None), "private", False) else {}
     model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0, **private)  # builds, prepares and traces
     iterator = iter(ds)

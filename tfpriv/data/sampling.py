@@ -169,7 +169,12 @@ def poisson_batches(x, y=None, *, batch_size: int, seed: int | None = None) -> t
         (tuple(x) if isinstance(x, (tuple, list)) else x, y)
     flat = tuple(np.asarray(a) for a in tf.nest.flatten(structure))
     return poisson_dataset(flat, batch_size / n, new_sampling_seed() if seed is None else seed,
-                           pack=lambda *parts: tf.nest.pack_sequence_as(structure, list(parts)))
+                           pack=packer(structure))
+
+
+def packer(structure) -> Callable:
+    """A `pack` for the samplers here: a batch's flat arrays back into `structure` (as `tf.nest` flattens it)."""
+    return lambda *parts: tf.nest.pack_sequence_as(structure, list(parts))
 
 
 def shuffle_dataset(arrays, batch_size: int, seed: int, start_step: int = 0,

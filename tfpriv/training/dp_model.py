@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import converted, keras
-from tfpriv.data.sampling import default_max_batch_size, make_dataset, new_sampling_seed, sampled_by
+from tfpriv.data.sampling import default_max_batch_size, make_dataset, new_sampling_seed, packer, sampled_by
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DECLARED_POISSON, FIXED, POISSON, SHUFFLE, PrivacyLedger, get_accountant
 from tfpriv.privacy.config import DPConfig
@@ -256,7 +256,7 @@ class DPTraining:
             seed = new_sampling_seed() if seed is None else seed
             start = int(self.step_count.numpy()) if self.step_count is not None else 0
             x, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
-                                           seed, start, pack=_packer(structure))
+                                           seed, start, pack=packer(structure))
             tag = sampled_by(x)
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
@@ -441,15 +441,6 @@ def _as_arrays(value):
     if isinstance(value, (tuple, list)) and value and all(isinstance(a, (np.ndarray, tf.Tensor)) for a in value):
         return tuple(np.asarray(a) for a in value)
     return np.asarray(value)
-
-
-def _packer(structure):
-    """A dataset map from flat parts back to `structure` (a named function: AutoGraph cannot read the
-    source of a lambda among others in one function)."""
-    @tf.autograph.experimental.do_not_convert
-    def pack(*parts):
-        return tf.nest.pack_sequence_as(structure, list(parts))
-    return pack
 
 
 def _is_iterator(x) -> bool:
