@@ -82,33 +82,52 @@ def test_an_unknown_batch_size_leaves_each_layers_norm_form_as_it_is(aggregation
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
 
 
-def test_an_overflowing_dropped_example_leaves_the_instantiated_clipped_sum_exact(monkeypatch):
-    """Pixels of 1e30 through a linear convolution (direct form: 16 positions, thin factors) overflow
-    that example's gradient: norm inf, coefficient 0, and its instantiated gradient holds inf, so the
-    plain weighted sum is NaN and `_finite_or` takes the masked one. The clipped sum is the naive
-    loop's over the other examples."""
+def _drop_example_2(monkeypatch, model, power: int) -> list[bool]:
+    """Example 2 of 5 scaled by 1e30, loss sum(model(x) ** power): the engine (micro, clip 0.5) drops it
+    and its clipped sum equals the naive loop's over the other four. Returns whether each weighted sum
+    `_finite_or` was given came out finite (False: the masked sum was taken)."""
     from tests.privacy import reference as ref
-    from tfpriv.compat import keras
     from tfpriv.privacy import clipping
     from tfpriv.privacy.terms import LossTerms, TermSpec
 
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input([6, 6, 1]), keras.layers.Conv2D(2, 3), keras.layers.Flatten()])
-    x = np.random.default_rng(0).normal(size=[5, 6, 6, 1]).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=[5, *model.input_shape[1:]]).astype(np.float32)
     x[2] *= 1e30
 
     def loss_fn(inputs, layout):
-        return LossTerms({"phi": tf.reduce_sum(model(inputs) ** 2, axis=1)})
+        return LossTerms({"phi": tf.reduce_sum(model(inputs) ** power, axis=1)})
 
     taken = []
     finite_or = clipping._finite_or
     monkeypatch.setattr(clipping, "_finite_or", lambda fast, selected: taken.append(
         bool(tf.reduce_all(tf.math.is_finite(fast)))) or finite_or(fast, selected))
-    engine = DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=0.5, expected_batch_size=5.0), model,
-                              TermSpec(sample=("phi",)))
+    engine = DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=0.5, expected_batch_size=5.0,
+                                       clipping="fast"), model, TermSpec(sample=("phi",)))
     out = engine.clipped_sums(loss_fn, tf.constant(x))
-    assert taken == [False] and int(out["dropped"]) == 1
+    assert int(out["dropped"]) == 1
     kept = np.delete(x, 2, axis=0)
     want = np.sum([ref.clip(g, 0.5) for g in ref.per_example_sample_grads(loss_fn, tf.constant(kept), engine.variables)],
                   axis=0)
     np.testing.assert_allclose(ref.flat(out["sample"]), want, rtol=1e-5, atol=1e-6)
+    return taken
+
+
+def test_an_overflowing_dropped_example_leaves_the_instantiated_clipped_sum_exact(monkeypatch):
+    """Pixels of 1e30 through a linear convolution (direct form: 16 positions, thin factors) overflow
+    that example's gradient: norm inf, coefficient 0, and its instantiated gradient holds inf, so the
+    plain weighted sum is NaN and `_finite_or` takes the masked one."""
+    from tfpriv.compat import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input([6, 6, 1]), keras.layers.Conv2D(2, 3), keras.layers.Flatten()])
+    assert _drop_example_2(monkeypatch, model, power=2) == [False, True]  # the kernel's sum, then the bias rows'
+
+
+def test_a_dropped_example_with_an_infinite_output_gradient_leaves_the_book_keeping_sum_exact(monkeypatch):
+    """Dense layers take ghost norms, so their clipped sums are book-keeping sums: layer inputs times
+    row-weighted output gradients, summed without masking selects while the sum is finite. The loss
+    out**4 of an input of 1e30 overflows: its output gradient is inf, its coefficient 0, and 0 * inf is
+    NaN in the plain sums of the last layer, so `_finite_or` takes the masked sums (NaN if the plain
+    sum were kept)."""
+    from tfpriv.compat import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input([3]), keras.layers.Dense(4), keras.layers.Dense(2)])
+    assert False in _drop_example_2(monkeypatch, model, power=4)

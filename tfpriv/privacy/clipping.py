@@ -66,6 +66,13 @@ def _finite_or(fast: tf.Tensor, selected: Callable[[], tf.Tensor]) -> tf.Tensor:
     return tf.cond(tf.reduce_all(tf.math.is_finite(fast)), lambda: fast, selected)
 
 
+def _weighted_rows(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+    """sum_i coef_i rows_i over the leading axis, a row with coefficient 0 exactly 0 even if it holds
+    NaN/inf (`_finite_or`: the masking select runs only when the plain sum is not finite)."""
+    return _finite_or(tf.tensordot(coef, rows, axes=1),
+                      lambda: tf.tensordot(coef, mask_rows(rows, coef != 0.0), axes=1))
+
+
 def _group_outer(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
     """sum_r u_r ⊗ v_r per group: the instantiated [G, du, dv] kernel gradient of each group.
 
@@ -345,14 +352,15 @@ class FastPass:
         return total + shared
 
     # -- weighted sums ------------------------------------------------------------------------
-    def _weighted_output_grad(self, pairs) -> tuple[tf.Tensor, tf.Tensor]:
+    def _weighted_output_grad(self, pairs, select: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
         """sum over (output gradient, per-example coefficient) pairs of the row-weighted gradient,
-        rows with coefficient 0 exactly 0 (even if NaN/inf), and which rows count [R]."""
+        rows with coefficient 0 exactly 0 (even if NaN/inf; `select=False`: 0 times their gradient,
+        exactly 0 only where it is finite), and which rows count [R]."""
         g_w, alive = None, None
         for g, coef in pairs:
             if g is not None:
                 row_coef = _row_coefficients(coef, tf.shape(g)[0], self.batch_size, g.shape.rank)
-                term = tf.where(row_coef != 0.0, g * row_coef, 0.0)
+                term = tf.where(row_coef != 0.0, g * row_coef, 0.0) if select else g * row_coef
                 g_w = term if g_w is None else g_w + term
                 keep = tf.reshape(row_coef, [-1]) != 0.0
                 alive = keep if alive is None else alive | keep
@@ -372,8 +380,7 @@ class FastPass:
             outer = self._instantiated.get((which, layer_id))
             if outer is None:
                 return None
-            parts.append(_finite_or(tf.tensordot(coef, outer, axes=1),
-                                    lambda o=outer, c=coef: tf.tensordot(c, mask_rows(o, c != 0.0), axes=1)))
+            parts.append(_weighted_rows(coef, outer))
         return tf.add_n(parts) if parts else None
 
     def _bias_sum(self, layer_id: int, c_phi: tf.Tensor, psi_example: tf.Tensor | None) -> tf.Tensor:
@@ -384,7 +391,7 @@ class FastPass:
         for which, coef in (("phi", c_phi), ("psi", psi_example)):
             q = self._quantities(which).get(layer_id) if coef is not None else None
             if q is not None and q[1][2] is not None:
-                parts.append(tf.tensordot(coef, mask_rows(q[1][2], coef != 0.0), axes=1))
+                parts.append(_weighted_rows(coef, q[1][2]))
         return tf.add_n(parts)
 
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
@@ -447,15 +454,20 @@ class FastPass:
                         add(bias, tf.reshape(self._bias_sum(layer_id, c_phi, psi_example), bias.shape))
                 if from_instantiated[layer_id]:
                     continue
-                g_w, alive = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
-                # Rows of dropped examples may hold NaN/inf layer inputs: the rule zeroes them, not 0 * inf.
-                for var, grad in zip(rule.kernels(tap.layer),
-                                     rule.split_kernel(tap.layer, rule.kernel_sum(tap, g_w, alive))):
+                # Rows of dropped examples may hold NaN/inf layer inputs or output gradients: if the
+                # plain sum is not finite, the rule zeroes their rows (not 0 * inf).
+                pairs = ((g_phi, c_phi), (g_psi, psi_example))
+                kernel = _finite_or(rule.kernel_sum(tap, self._weighted_output_grad(pairs, select=False)[0], None),
+                                    lambda t=tap, p=pairs: t.rule.kernel_sum(t, *self._weighted_output_grad(p)))
+                for var, grad in zip(rule.kernels(tap.layer), rule.split_kernel(tap.layer, kernel)):
                     add(var, grad)
             elif isinstance(rule, rules.RowSparseRule):
-                g_w, _ = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
+                pairs = ((g_phi, c_phi), (g_psi, psi_example))
                 table = rule.table(tap.layer)
-                add(table, _row_sparse_sum(*rule.rows(tap, g_w), table))
+                add(table, _finite_or(
+                    _row_sparse_sum(*rule.rows(tap, self._weighted_output_grad(pairs, select=False)[0]), table),
+                    lambda t=tap, p=pairs, w=table: _row_sparse_sum(*t.rule.rows(t, self._weighted_output_grad(p)[0]),
+                                                                    w)))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
                 per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]
@@ -463,9 +475,9 @@ class FastPass:
                 for j, var in enumerate(self.recorder.layer_vars[id(tap.layer)]):
                     parts = []
                     if per_phi is not None:
-                        parts.append(tf.tensordot(c_phi, mask_rows(per_phi[j], c_phi != 0.0), axes=1))
+                        parts.append(_weighted_rows(c_phi, per_phi[j]))
                     if per_psi is not None:
-                        parts.append(tf.tensordot(psi_example, mask_rows(per_psi[j], psi_example != 0.0), axes=1))
+                        parts.append(_weighted_rows(psi_example, per_psi[j]))
                     if parts:
                         add(var, tf.add_n(parts))
         return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
@@ -501,11 +513,11 @@ class JacobianSums:
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
         """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here).
 
-        Rows with coefficient 0 are masked first, so a dropped NaN/inf row contributes exactly 0.
+        A row with coefficient 0 contributes exactly 0, even a dropped NaN/inf row (`_weighted_rows`).
         """
-        out = [tf.tensordot(c_phi, mask_rows(j, c_phi != 0.0), axes=1) for j in self.j_phi]
+        out = [_weighted_rows(c_phi, j) for j in self.j_phi]
         if self.j_psi is not None and c_psi is not None:
-            out = [o + tf.tensordot(c_psi, mask_rows(j, c_psi != 0.0), axes=1) if reach else o
+            out = [o + _weighted_rows(c_psi, j) if reach else o
                    for o, j, reach in zip(out, self.j_psi, self.psi_reaches)]
         return out
 

@@ -101,7 +101,8 @@ class FactorRule(LayerRule):
         """The kernel gradient for output gradient `grad` (rows already weighted), summed over rows.
 
         alive [R]: rows that count; the others (dropped examples, whose inputs may be NaN/inf)
-        contribute exactly 0. Default: sum_t U_t ⊗ V_t as one matmul over all rows and positions.
+        contribute exactly 0. None: every row is summed as it is (the caller checks the sum is finite).
+        Default: sum_t U_t ⊗ V_t as one matmul over all rows and positions.
         """
         u, v = self.factors(tap, grad)
         u, v = mask_rows(u, alive), mask_rows(v, alive)
@@ -151,8 +152,10 @@ def by_position(x: tf.Tensor, depth: int) -> tf.Tensor:
     return tf.reshape(x, [tf.shape(x)[0], positions, depth])
 
 
-def mask_rows(x: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
-    """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf)."""
+def mask_rows(x: tf.Tensor, keep: tf.Tensor | None) -> tf.Tensor:
+    """x with the rows where `keep` [N] is False set to exactly 0 (even if they hold NaN/inf); None: x."""
+    if keep is None:
+        return x
     if x.shape.rank is not None:  # the usual case: a static shape for keep, no shape ops in the graph
         keep = tf.reshape(keep, [-1] + [1] * (x.shape.rank - 1))
     else:

@@ -45,7 +45,8 @@ class ConvRule(FactorRule):
 
     def kernel_sum(self, tap, grad, alive):
         """The filter gradient of the layer's own product (the op the non-private backward pass
-        runs), with dropped rows' inputs and gradients zeroed: no patches are materialised."""
+        runs), with dropped rows' inputs and gradients zeroed (none if alive is None): no patches
+        are materialised."""
         kernel = tf.convert_to_tensor(self.kernel(tap.layer))
         x = mask_rows(tf.cast(tap.inputs, grad.dtype), alive)
         with tf.GradientTape() as tape:
