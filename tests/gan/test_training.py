@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tfpriv.gan.dpgan import make_dpgan, rmsprop
-from tfpriv.gan.training import Limit
+from tfpriv.gan.training import Limit, Monitor
 from tfpriv.privacy.accounting import RDP
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.terms import TermSpec
@@ -39,3 +39,22 @@ def test_resume_continues_the_ledger_and_budget_stop_holds(tmp_path):
     assert second["resumed"] and second["budget_reached"]
     assert (second["steps"], second["generator_steps"]) == (6, 3)
     assert second["epsilon"] == pytest.approx(RDP.epsilon([(0.01, Z, 6)], 1e-5)) and second["epsilon"] <= budget
+
+
+def test_a_resumed_run_records_each_scored_step_once(tmp_path):
+    """A run killed after scoring step 6 but checkpointed at step 4 resumes at 4 and scores 6 again:
+    the row made before the kill is dropped at the restart (the file is rewritten then), not kept twice."""
+    import json
+    import types
+
+    import tensorflow as tf
+
+    path = tmp_path / "progress.json"
+    path.write_text(json.dumps([{"critic_steps": s, "seconds": float(s)} for s in (2, 4, 6)]))
+    monitor = Monitor(1e-5, 1, None, True, str(path), every_steps=2)
+    monitor.set_model(types.SimpleNamespace(step_count=tf.Variable(4), epsilon=lambda delta: 0.5))
+    monitor.on_train_begin()
+    assert [r["critic_steps"] for r in json.loads(path.read_text())] == [2, 4]
+    monitor.model.step_count.assign(6)
+    monitor.on_train_batch_end(0)
+    assert [r["critic_steps"] for r in json.loads(path.read_text())] == [2, 4, 6]

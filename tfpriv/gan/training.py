@@ -67,6 +67,14 @@ class Monitor(keras.callbacks.Callback):
                 self.records = json.load(f)
 
     def on_train_begin(self, logs=None):
+        # A run resumed from its last checkpoint takes the steps after it again: their rows are
+        # dropped and made again (once each, as in the uninterrupted run).
+        done = int(self.model.step_count.numpy())
+        kept = [r for r in self.records if r["critic_steps"] <= done]
+        if len(kept) < len(self.records):
+            self.records = kept
+            if self.path:
+                write_json(self.path, self.records, indent=1)
         self.start = time.time() - (self.records[-1]["seconds"] if self.records else 0.0)
 
     def _record(self, epoch: int, logs) -> None:
