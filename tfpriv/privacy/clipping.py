@@ -456,18 +456,17 @@ class FastPass:
                     continue
                 # Rows of dropped examples may hold NaN/inf layer inputs or output gradients: if the
                 # plain sum is not finite, the rule zeroes their rows (not 0 * inf).
-                pairs = ((g_phi, c_phi), (g_psi, psi_example))
-                kernel = _finite_or(rule.kernel_sum(tap, self._weighted_output_grad(pairs, select=False)[0], None),
-                                    lambda t=tap, p=pairs: t.rule.kernel_sum(t, *self._weighted_output_grad(p)))
+                def kernel_sum(masked, t=tap, p=((g_phi, c_phi), (g_psi, psi_example))):
+                    g_w, alive = self._weighted_output_grad(p, select=masked)
+                    return t.rule.kernel_sum(t, g_w, alive if masked else None)
+                kernel = _finite_or(kernel_sum(False), lambda: kernel_sum(True))
                 for var, grad in zip(rule.kernels(tap.layer), rule.split_kernel(tap.layer, kernel)):
                     add(var, grad)
             elif isinstance(rule, rules.RowSparseRule):
-                pairs = ((g_phi, c_phi), (g_psi, psi_example))
-                table = rule.table(tap.layer)
-                add(table, _finite_or(
-                    _row_sparse_sum(*rule.rows(tap, self._weighted_output_grad(pairs, select=False)[0]), table),
-                    lambda t=tap, p=pairs, w=table: _row_sparse_sum(*t.rule.rows(t, self._weighted_output_grad(p)[0]),
-                                                                    w)))
+                def table_sum(masked, t=tap, p=((g_phi, c_phi), (g_psi, psi_example))):
+                    return _row_sparse_sum(*t.rule.rows(t, self._weighted_output_grad(p, select=masked)[0]),
+                                           t.rule.table(t.layer))
+                add(rule.table(tap.layer), _finite_or(table_sum(False), lambda: table_sum(True)))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
                 per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]
