@@ -1,10 +1,10 @@
-"""What Conv2D and Conv2DTranspose share: image patches, kernel reshapes, per-row bias sums,
-and clipped kernel sums by the convolution's own filter-gradient op."""
+"""What Conv1D, Conv2D and Conv2DTranspose share: the tapped forward, image patches, kernel reshapes,
+per-row bias sums, and clipped kernel sums by the convolution's own filter-gradient op."""
 from __future__ import annotations
 
 import tensorflow as tf
 
-from tfpriv.privacy.rules.base import FactorRule, mask_rows
+from tfpriv.privacy.rules.base import FactorRule, activation_tail, mask_rows
 
 # Patches of depth kh*kw*C up to this are taken by a convolution with a one-hot kernel (cost
 # ∝ depth^2 per position, a few GEMM flops), deeper ones by tf.image.extract_patches, whose
@@ -30,7 +30,18 @@ def patches(images: tf.Tensor, kernel_hw, strides, dilation, padding: str) -> tf
 
 
 class ConvRule(FactorRule):
-    """Shared by Conv2D and Conv2DTranspose: kernel reshapes, per-row bias sums, kernel sums."""
+    """Shared by Conv1D, Conv2D and Conv2DTranspose: the tapped forward, kernel reshapes, per-row bias
+    sums, kernel sums."""
+
+    input_rank = 4  # of the inputs the layer convolves (batch axis included)
+
+    def forward(self, layer, original_call, inputs, kwargs):
+        x = tf.cast(inputs, layer.compute_dtype)
+        if x.shape.rank != self.input_rank:
+            raise TypeError(f"{layer.name}: the DP engine's {type(layer).__name__} rule needs rank-{self.input_rank} "
+                            f"inputs, got {x.shape}")
+        z = self.product(layer, x, self.kernel(layer))
+        return activation_tail(layer, z, self.bias(layer)), z
 
     def product(self, layer, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         """The layer's kernel product (its output before bias and activation)."""

@@ -4,24 +4,18 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import activation_tail, by_position, plain
+from tfpriv.privacy.rules.base import by_position, plain
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
 class Conv1DRule(ConvRule):
     name = "conv1d"
+    input_rank = 3
 
     def supports(self, layer):
         return (type(layer) in keras_classes("layers.Conv1D") and plain(layer)
                 and layer.data_format == "channels_last"
                 and layer.groups == 1 and layer.padding in ("same", "valid", "causal"))
-
-    def forward(self, layer, original_call, inputs, kwargs):
-        x = tf.cast(inputs, layer.compute_dtype)
-        if x.shape.rank != 3:
-            raise TypeError(f"{layer.name}: the DP engine's Conv1D rule needs rank-3 inputs, got {x.shape}")
-        z = self.product(layer, x, self.kernel(layer))
-        return activation_tail(layer, z, self.bias(layer)), z
 
     @staticmethod
     def _padded(layer, x: tf.Tensor) -> tuple[tf.Tensor, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfpriv.compat import keras_classes
-from tfpriv.privacy.rules.base import activation_tail, by_position
+from tfpriv.privacy.rules.base import by_position
 from tfpriv.privacy.rules.conv import ConvRule, patches
 
 
@@ -15,11 +15,6 @@ class Conv2DTransposeRule(ConvRule):
         return (type(layer) in keras_classes("layers.Conv2DTranspose") and layer.data_format == "channels_last"
                 and layer.output_padding is None and tuple(layer.dilation_rate) == (1, 1)
                 and layer.padding in ("same", "valid"))
-
-    def forward(self, layer, original_call, inputs, kwargs):
-        x = tf.cast(inputs, layer.compute_dtype)
-        z = self.product(layer, x, self.kernel(layer))
-        return activation_tail(layer, z, self.bias(layer)), z
 
     def product(self, layer, x, kernel):
         # Same computation as Conv2DTranspose.call up to the bias, so the output is tapped pre-bias.
