@@ -24,6 +24,15 @@ class Divergence:
     prior samples come from `slots(rng, P)`, so partition j's k-th sample is keyed by (j, k)."""
 
     name = "divergence"
+    prior_samples: int | None = None  # per partition; None: as many as the partition has members
+
+    def prior_draws(self, z: tf.Tensor, prior: Prior, rng: tf.random.Generator | None) -> tf.Tensor:
+        """[P, m, D] prior samples for the partitions of z [P, M, D]: m = `prior_samples`, else M (the
+        caller masks the draws of empty slots). They carry no private data and are i.i.d., keyed by
+        (partition, slot): partition j's draws are the same whatever the other partitions hold."""
+        parts, rows = tf.shape(z)[0], tf.shape(z)[1]
+        m = rows if self.prior_samples is None else self.prior_samples
+        return tf.reshape(prior.sample(parts * m, rng=slots(rng, parts)), [parts, m, prior.latent_dim])
 
     def __call__(self, z: tf.Tensor, mean: tf.Tensor, logvar: tf.Tensor, mask: tf.Tensor, prior: Prior,
                  rng: tf.random.Generator | None = None) -> tf.Tensor:
@@ -52,11 +61,7 @@ class CauchyMMD(Divergence):
         self.prior_samples = prior_samples
 
     def __call__(self, z, mean, logvar, mask, prior, rng=None):
-        parts, rows = tf.shape(z)[0], tf.shape(z)[1]
-        m = rows if self.prior_samples is None else self.prior_samples
-        # Prior samples carry no private data; i.i.d., so the first |s_j| of row j are |s_j|
-        # independent prior draws whatever the other partitions hold.
-        y = tf.reshape(prior.sample(parts * m, rng=slots(rng, parts)), [parts, m, prior.latent_dim])
+        y = self.prior_draws(z, prior, rng)  # the first |s_j| of row j: |s_j| independent draws
         y_mask = mask if self.prior_samples is None else None
         value = cauchy_mmd(z, y, x_mask=mask, y_mask=y_mask, scales=self.scales)
         return value * tf.cast(tf.reduce_sum(mask, axis=1) > 0, value.dtype)
@@ -88,10 +93,8 @@ class KLPriorToAggregate(Divergence):
         self.prior_samples = prior_samples
 
     def __call__(self, z, mean, logvar, mask, prior, rng=None):
-        parts, rows = tf.shape(z)[0], tf.shape(z)[1]
         # Default: one prior sample per member (masked below), so partition j's term uses |s_j| draws.
-        m = rows if self.prior_samples is None else self.prior_samples
-        zp = tf.reshape(prior.sample(parts * m, rng=slots(rng, parts)), [parts, m, prior.latent_dim])  # [P, m, D]
+        zp = self.prior_draws(z, prior, rng)  # [P, m, D]
         var = tf.exp(logvar)
         # log q(z_j | x_i) for prior sample j and member i: [P, m(j), M(i)]
         diff = zp[:, :, None, :] - mean[:, None, :, :]
