@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -128,10 +128,8 @@ class TapRecorder:
             for v in rule_vars:
                 owner[id(v)] = layer
         self.owner = owner
-        self._original_calls: dict[int, object] = {}
         self._local = threading.local()  # this thread's taps and whether it records
-        self._lock = threading.Lock()
-        self._recording_threads = 0
+        self._patch = PatchedCalls(self.layers, self._tapped_call)
 
     @property
     def taps(self) -> list[rules.Tap]:
@@ -139,29 +137,18 @@ class TapRecorder:
         return getattr(self._local, "taps", [])
 
     def original_call(self, layer: Layer):
-        return self._original_calls.get(id(layer), layer.call)
+        return self._patch.wrapped.get(id(layer), layer.call)
 
     @contextlib.contextmanager
     def recording(self):
         """Records this thread's layer calls for the duration of one forward pass (the tracked
         layers' `call` is patched while any thread records)."""
-        with self._lock:
-            if self._recording_threads == 0:
-                for layer in self.layers:
-                    original = layer.call
-                    self._original_calls[id(layer)] = original
-                    object.__setattr__(layer, "call", self._tapped_call(layer, original))
-            self._recording_threads += 1
-        self._local.taps, self._local.on = [], True
-        try:
-            yield self
-        finally:
-            self._local.on = False
-            with self._lock:
-                self._recording_threads -= 1
-                if self._recording_threads == 0:
-                    for layer in self.layers:
-                        object.__delattr__(layer, "call")
+        with self._patch.active():
+            self._local.taps, self._local.on = [], True
+            try:
+                yield self
+            finally:
+                self._local.on = False
 
     def _tapped_call(self, layer: Layer, original):
         rule = self.rules[id(layer)]
@@ -182,3 +169,40 @@ class TapRecorder:
             return out
 
         return call
+
+
+class PatchedCalls:
+    """The `call` of `layers` replaced by `wrap(layer, call)` while any thread is inside `active()`;
+    each layer's own call restored when the last thread leaves. The wrappers decide per thread what
+    to do (their owner's thread-local state): a strategy traces each replica in a thread of its own.
+    Patches nest: a patch entered inside another's wraps that one's call and restores it."""
+
+    def __init__(self, layers: Sequence[Layer], wrap: Callable[[Layer, Callable], Callable]):
+        self.layers = list(layers)
+        self._wrap = wrap
+        self.wrapped: dict[int, Callable] = {}  # id(layer) -> the call the last patch wrapped
+        self._saved: dict[int, Callable | None] = {}  # id(layer) -> its instance-level call before the patch
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with self._lock:
+            if self._threads == 0:
+                for layer in self.layers:
+                    self._saved[id(layer)] = layer.__dict__.get("call")
+                    self.wrapped[id(layer)] = layer.call
+                    object.__setattr__(layer, "call", self._wrap(layer, layer.call))
+            self._threads += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._threads -= 1
+                if self._threads == 0:
+                    for layer in self.layers:
+                        saved = self._saved.pop(id(layer))
+                        if saved is None:
+                            object.__delattr__(layer, "call")
+                        else:
+                            object.__setattr__(layer, "call", saved)

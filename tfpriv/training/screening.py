@@ -18,15 +18,16 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import keras, keras_classes
+from tfpriv.privacy.taps import PatchedCalls
 
 
 class EmbeddingScreen:
     """Clamps the ids of every Embedding under `model` inside `screening()` and records, per
     example, whether they were all in range.
 
-    The layers' `call` is replaced while any thread screens (the engine's `TapRecorder` patches the
-    same way; a screen entered inside its recording wraps the tapped call, so the taps see the
-    clamped ids); each thread records its own calls. An Embedding call whose ids have a leading
+    The layers' `call` is replaced while any thread screens (`PatchedCalls`, as the engine's
+    `TapRecorder` does; a screen entered inside its recording wraps the tapped call, so the taps see
+    the clamped ids); each thread records its own calls. An Embedding call whose ids have a leading
     axis of B, or any multiple of B (TimeDistributed reshapes [B, T] to [B*T]), is attributed to
     the examples by rows; other calls are clamped only.
     """
@@ -36,34 +37,18 @@ class EmbeddingScreen:
         self.layers = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
                        if isinstance(layer, embedding)]
         self._local = threading.local()
-        self._lock = threading.Lock()
-        self._screening_threads = 0
-        self._saved: dict[int, object] = {}
+        self._patch = PatchedCalls(self.layers, self._screened_call)  # wraps a TapRecorder's tapped call
 
     @contextlib.contextmanager
     def screening(self, batch_size: tf.Tensor) -> Iterator[list[tf.Tensor]]:
         """Yields a list that receives one valid [batch_size] bool per Embedding call of the pass."""
-        with self._lock:
-            if self._screening_threads == 0:
-                for layer in self.layers:
-                    self._saved[id(layer)] = layer.__dict__.get("call")  # e.g. a TapRecorder's tapped call
-                    object.__setattr__(layer, "call", self._screened_call(layer, layer.call))
-            self._screening_threads += 1
-        found: list[tf.Tensor] = []
-        self._local.found, self._local.batch_size = found, batch_size
-        try:
-            yield found
-        finally:
-            self._local.found = None
-            with self._lock:
-                self._screening_threads -= 1
-                if self._screening_threads == 0:
-                    for layer in self.layers:
-                        saved = self._saved.pop(id(layer))
-                        if saved is None:
-                            object.__delattr__(layer, "call")
-                        else:
-                            object.__setattr__(layer, "call", saved)
+        with self._patch.active():
+            found: list[tf.Tensor] = []
+            self._local.found, self._local.batch_size = found, batch_size
+            try:
+                yield found
+            finally:
+                self._local.found = None
 
     def _screened_call(self, layer, inner: Callable):
         @tf.autograph.experimental.do_not_convert
