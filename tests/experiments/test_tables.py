@@ -77,3 +77,10 @@ def test_every_pinwheel_purity_list_is_a_record_or_says_it_has_none():
                        for s in sweeps.values() for i in range(len(s) - len(values) + 1)):
                 unmatched.append(found)
     assert unmatched == []
+
+
+def test_the_mnist_warm_start_table_is_its_records():
+    from experiments.frontier import warm_start_table
+    frontier = REPO_ROOT / "experiments" / "frontier"
+    lines = warm_start_table.table(str(frontier / "runs.jsonl"))
+    assert len(lines) == 13 and _missing(lines, frontier) == []
