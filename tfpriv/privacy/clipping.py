@@ -66,11 +66,20 @@ def _finite_or(fast: tf.Tensor, selected: Callable[[], tf.Tensor]) -> tf.Tensor:
     return tf.cond(tf.reduce_all(tf.math.is_finite(fast)), lambda: fast, selected)
 
 
+def _coef_sum(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+    """sum_i coef_i rows_i over the leading axis: one matrix-vector product (`tf.tensordot` builds a
+    dozen shape ops around it when the batch size is not static)."""
+    if rows.shape.rank == 2:
+        return tf.linalg.matvec(rows, coef, transpose_a=True)
+    trailing = rows.shape[1:] if rows.shape[1:].is_fully_defined() else tf.shape(rows)[1:]
+    flat = tf.reshape(rows, [tf.shape(rows)[0], -1])
+    return tf.reshape(tf.linalg.matvec(flat, coef, transpose_a=True), trailing)
+
+
 def _weighted_rows(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     """sum_i coef_i rows_i over the leading axis, a row with coefficient 0 exactly 0 even if it holds
     NaN/inf (`_finite_or`: the masking select runs only when the plain sum is not finite)."""
-    return _finite_or(tf.tensordot(coef, rows, axes=1),
-                      lambda: tf.tensordot(coef, mask_rows(rows, coef != 0.0), axes=1))
+    return _finite_or(_coef_sum(coef, rows), lambda: _coef_sum(coef, mask_rows(rows, coef != 0.0)))
 
 
 def _group_outer(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
@@ -390,8 +399,8 @@ class FastPass:
         parts = []
         for which, coef in (("phi", c_phi), ("psi", psi_example)):
             q = self._quantities(which).get(layer_id) if coef is not None else None
-            if q is not None and q[1][2] is not None:
-                parts.append(_weighted_rows(coef, q[1][2]))
+            if q is not None and q[1][2] is not None:  # [B, n_bias]: the select costs what the sum does
+                parts.append(_coef_sum(coef, mask_rows(q[1][2], coef != 0.0)))
         return tf.add_n(parts)
 
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
@@ -454,19 +463,23 @@ class FastPass:
                         add(bias, tf.reshape(self._bias_sum(layer_id, c_phi, psi_example), bias.shape))
                 if from_instantiated[layer_id]:
                     continue
-                # Rows of dropped examples may hold NaN/inf layer inputs or output gradients: if the
-                # plain sum is not finite, the rule zeroes their rows (not 0 * inf).
+                # Rows of dropped examples may hold NaN/inf layer inputs or output gradients: the rule
+                # zeroes them (not 0 * inf). One position per example (a Dense layer on vectors): the
+                # selects over [R, du + dv] always, cheaper than tracing a condition around them.
+                # Several (convolutions, sequences): copies of [R, T, du + dv] at every step would
+                # hold more memory than the sum, so they run only if the plain sum is not finite.
                 def kernel_sum(masked, t=tap, p=((g_phi, c_phi), (g_psi, psi_example))):
                     g_w, alive = self._weighted_output_grad(p, select=masked)
                     return t.rule.kernel_sum(t, g_w, alive if masked else None)
-                kernel = _finite_or(kernel_sum(False), lambda: kernel_sum(True))
+                if self._positions.get(layer_id) == 1:
+                    kernel = kernel_sum(True)
+                else:
+                    kernel = _finite_or(kernel_sum(False), lambda: kernel_sum(True))
                 for var, grad in zip(rule.kernels(tap.layer), rule.split_kernel(tap.layer, kernel)):
                     add(var, grad)
             elif isinstance(rule, rules.RowSparseRule):
-                def table_sum(masked, t=tap, p=((g_phi, c_phi), (g_psi, psi_example))):
-                    return _row_sparse_sum(*t.rule.rows(t, self._weighted_output_grad(p, select=masked)[0]),
-                                           t.rule.table(t.layer))
-                add(rule.table(tap.layer), _finite_or(table_sum(False), lambda: table_sum(True)))
+                g_w, _ = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
+                add(rule.table(tap.layer), _row_sparse_sum(*rule.rows(tap, g_w), rule.table(tap.layer)))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
                 per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]

@@ -149,6 +149,8 @@ def by_position(x: tf.Tensor, depth: int) -> tf.Tensor:
     batch's size is unknown when the step is traced): the choice of ghost or direct norms reads T."""
     inner = x.shape[1:]
     positions = inner.num_elements() // depth if inner.is_fully_defined() else -1
+    if positions > 0:  # the rows are the one unknown: no shape ops in the graph
+        return tf.reshape(x, [-1, positions, depth])
     return tf.reshape(x, [tf.shape(x)[0], positions, depth])
 
 
