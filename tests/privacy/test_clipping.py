@@ -9,6 +9,7 @@ from tfpriv.privacy.clipping import _balanced, _direct_sq_norms, _ghost_pays, _g
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rules.conv import ConvRule
+from tfpriv.privacy.terms import LossTerms, TermSpec
 
 
 def test_ghost_and_direct_norms_equal_the_naive_norm():
@@ -134,3 +135,30 @@ def test_a_dropped_example_with_an_infinite_output_gradient_leaves_the_book_keep
     x[2] *= 1e30
     with np.errstate(over="ignore"):
         assert not np.all(np.isfinite(4 * model(x).numpy()[2] ** 3))  # the dropped row's output gradient
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_layer_called_on_rows_not_a_multiple_of_the_batch_is_refused_by_name(traced):
+    """A tapped layer called on B + 1 rows cannot have its gradient attributed to examples: the step
+    fails naming the layer calls, eager or traced (one check for all calls)."""
+    from tfpriv.compat import keras
+    keras.utils.set_random_seed(0)
+    first, extra = keras.layers.Dense(3, name="first"), keras.layers.Dense(2, name="extra")
+
+    def loss_fn(x, layout):
+        h = first(x)
+        out = extra(tf.concat([h, h[:1]], axis=0))[:-1]  # B + 1 rows through `extra`
+        return LossTerms({"phi": tf.reduce_sum(out ** 2, axis=1)})
+
+    x = tf.random.stateless_normal([4, 5], seed=[1, 2])
+    first(x), extra(first(x))
+    engine = DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.0,
+                                       expected_batch_size=4, clipping="fast", verify=False),
+                              [first, extra], TermSpec(sample=("phi",)))
+    def step(b):
+        return engine.gradients(loss_fn, b)
+
+    if traced:  # a Poisson batch: its size unknown when the step is traced
+        step = tf.function(step, input_signature=[tf.TensorSpec([None, 5])])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a multiple of the batch size.*first, extra"):
+        step(x)

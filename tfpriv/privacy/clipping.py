@@ -176,11 +176,18 @@ class FastPass:
         reached = {id(tap.layer) for k, tap in enumerate(taps) if self.g_psi is not None and self.g_psi[k] is not None}
         self.psi_reaches = ([id(recorder.owner.get(id(v))) in reached for v in self.variables]
                             if psi is not None else None)
-        for tap in taps:
-            tf.debugging.assert_equal(
-                tf.shape(tap.output)[0] % tf.maximum(batch_size, 1), 0,
-                message=f"DP engine: layer {tap.layer.name} was called on a number of rows that is not a "
-                        "multiple of the batch size, so its gradient cannot be attributed to examples")
+        # One check for all calls (an assert per call was ~24 graph ops of every traced step). Traced, the
+        # per-layer quantities wait for it (`_quantities`), so it fails before their reshapes would.
+        self._rows_checked = []
+        if taps:
+            names = ", ".join(tap.layer.name for tap in taps)
+            rows = tf.stack([tf.shape(tap.output)[0] for tap in taps])
+            check = tf.debugging.assert_equal(
+                rows % tf.maximum(tf.cast(batch_size, rows.dtype), 1), tf.zeros_like(rows),
+                message=f"DP engine: a layer was called on a number of rows that is not a multiple of the batch "
+                        f"size, so its gradient cannot be attributed to examples (rows modulo the batch size "
+                        f"below, by layer call: {names})")
+            self._rows_checked = [check] if check is not None else []  # None: eager, already checked
         self._cache: dict = {}
         # (term, layer id) -> the layer's instantiated kernel gradient per group [G, du, dv],
         # kept from the norm computations that chose the direct form (mixed ghost clipping):
@@ -252,16 +259,17 @@ class FastPass:
             outputs = [t.output for t in self.recorder.taps]
             grads = _zeros_if_none(raw, outputs)
             out = {}
-            for layer_id, ks in self.by_layer.items():
-                if all(raw[k] is None for k in ks):
-                    continue
-                rule = self.recorder.taps[ks[0]].rule
-                if isinstance(rule, rules.FactorRule):
-                    out[layer_id] = ("factor", self._layer_factors(layer_id, grads))
-                elif isinstance(rule, rules.RowSparseRule):
-                    out[layer_id] = ("rows", self._layer_rows(layer_id, grads))
-                else:
-                    out[layer_id] = ("dense", self._layer_per_example(layer_id, grads))
+            with tf.control_dependencies(self._rows_checked):
+                for layer_id, ks in self.by_layer.items():
+                    if all(raw[k] is None for k in ks):
+                        continue
+                    rule = self.recorder.taps[ks[0]].rule
+                    if isinstance(rule, rules.FactorRule):
+                        out[layer_id] = ("factor", self._layer_factors(layer_id, grads))
+                    elif isinstance(rule, rules.RowSparseRule):
+                        out[layer_id] = ("rows", self._layer_rows(layer_id, grads))
+                    else:
+                        out[layer_id] = ("dense", self._layer_per_example(layer_id, grads))
             self._cache[which] = out
         return self._cache[which]
 
