@@ -82,6 +82,14 @@ def _weighted_rows(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     return _finite_or(_coef_sum(coef, rows), lambda: _coef_sum(coef, mask_rows(rows, coef != 0.0)))
 
 
+def _masked_always(tap) -> bool:
+    """Whether a layer call's weighted sum selects its dropped rows away at every step rather than behind
+    a finiteness `tf.cond`: at one position per example (a Dense layer on vectors, an embedding of one
+    id) the selects cover [R, d], cheaper than tracing the condition's second branch; at several
+    (convolutions, sequences) copies of [R, T, d] at every step would hold more memory than the sum."""
+    return tap.output.shape[1:-1].num_elements() == 1
+
+
 def _group_outer(u: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
     """sum_r u_r ⊗ v_r per group: the instantiated [G, du, dv] kernel gradient of each group.
 
@@ -472,22 +480,21 @@ class FastPass:
                 if from_instantiated[layer_id]:
                     continue
                 # Rows of dropped examples may hold NaN/inf layer inputs or output gradients: the rule
-                # zeroes them (not 0 * inf). One position per example (a Dense layer on vectors): the
-                # selects over [R, du + dv] always, cheaper than tracing a condition around them.
-                # Several (convolutions, sequences): copies of [R, T, du + dv] at every step would
-                # hold more memory than the sum, so they run only if the plain sum is not finite.
+                # zeroes their rows (not 0 * inf), always at one position per call (`_masked_always`),
+                # else only if the plain sum is not finite.
                 def kernel_sum(masked, t=tap, p=((g_phi, c_phi), (g_psi, psi_example))):
                     g_w, alive = self._weighted_output_grad(p, select=masked)
                     return t.rule.kernel_sum(t, g_w, alive if masked else None)
-                if self._positions.get(layer_id) == 1:
-                    kernel = kernel_sum(True)
-                else:
-                    kernel = _finite_or(kernel_sum(False), lambda: kernel_sum(True))
+                kernel = (kernel_sum(True) if _masked_always(tap)
+                          else _finite_or(kernel_sum(False), lambda: kernel_sum(True)))
                 for var, grad in zip(rule.kernels(tap.layer), rule.split_kernel(tap.layer, kernel)):
                     add(var, grad)
             elif isinstance(rule, rules.RowSparseRule):
-                g_w, _ = self._weighted_output_grad(((g_phi, c_phi), (g_psi, psi_example)))
-                add(rule.table(tap.layer), _row_sparse_sum(*rule.rows(tap, g_w), rule.table(tap.layer)))
+                def table_sum(masked, t=tap, p=((g_phi, c_phi), (g_psi, psi_example))):
+                    return _row_sparse_sum(*t.rule.rows(t, self._weighted_output_grad(p, select=masked)[0]),
+                                           t.rule.table(t.layer))
+                add(rule.table(tap.layer), table_sum(True) if _masked_always(tap)
+                    else _finite_or(table_sum(False), lambda: table_sum(True)))
             elif id(tap.layer) not in fallback_done:
                 fallback_done.add(id(tap.layer))
                 per_phi = self._quantities("phi").get(id(tap.layer), (None, None))[1]
