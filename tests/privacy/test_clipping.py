@@ -155,6 +155,7 @@ def test_a_layer_called_on_rows_not_a_multiple_of_the_batch_is_refused_by_name(t
     engine = DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=0.0,
                                        expected_batch_size=4, clipping="fast", verify=False),
                               [first, extra], TermSpec(sample=("phi",)))
+
     def step(b):
         return engine.gradients(loss_fn, b)
 
