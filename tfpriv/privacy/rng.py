@@ -19,6 +19,7 @@ would draw for the same examples.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import numpy as np
@@ -99,8 +100,59 @@ def _words(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 def _unit(bits: tf.Tensor, dtype) -> tf.Tensor:
     """Uniform [0, 1) from uint32 bits (their top 24 bits), in float32 or wider."""
-    work = dtype if dtype == tf.float64 else tf.float32
-    return tf.cast(tf.bitwise.right_shift(bits, 8), work) * (2.0 ** -24)
+    return tf.cast(tf.bitwise.right_shift(bits, 8), _work(dtype)) * (2.0 ** -24)
+
+
+def _work(dtype: tf.DType) -> tf.DType:
+    """The dtype a draw of `dtype` is computed in: float64 for float64, else float32."""
+    return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+def _step_key(state: tf.Tensor, call_word: tf.Tensor) -> tf.Tensor:
+    """The Philox key (uint64) of a step's draw: Philox(state key, counter words (state counter lo,
+    hi, call, _STEP_KEY)), one kernel op (the element-wise `philox` is ~140 small ops)."""
+    as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)  # noqa: E731
+    counter = tf.stack([as_u64(state[0]), call_word])
+    words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[1], key=tf.reshape(as_u64(state[2]), [1]), counter=counter, alg=PHILOX, dtype=tf.uint64)
+    return words[0]
+
+
+_STATE = tf.TensorSpec([3], tf.int64)  # a Philox generator's state: counter (2 words), key
+_WORD = tf.TensorSpec([], tf.uint64)
+_draw_key_fn = tf.function(_step_key, autograph=False, input_signature=[_STATE, _WORD])
+
+
+@functools.cache
+def _row_draw(kind: str, dtype: tf.DType) -> tf.types.experimental.PolymorphicFunction:
+    """The traced function of a draw's rows ("normal" or "uniform" in `dtype`): (state, call word,
+    rows, groups, width, a, b) -> [len(rows), width], row r of group g from the Philox counters
+    (column block, r, g, 0) under the draw's key; `a, b` are (mean, stddev) or (minval, maxval - minval).
+    One call op in a traced step instead of ~150 small ones, paid at every draw of every trace."""
+    param = tf.int64 if dtype.is_integer else _work(dtype)
+    spec = [_STATE, _WORD, tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([], tf.int64), tf.TensorSpec([], param), tf.TensorSpec([], param)]
+
+    def transform(bits, a, b):
+        if kind == "normal":
+            u = _unit(bits, dtype)
+            # Box-Muller on (u0, u1) and (u2, u3) of each block, as TensorFlow's normal kernel pairs them.
+            z = tf.stack(box_muller(u[:, 0::2], u[:, 1::2]), axis=-1)
+            return tf.cast(tf.reshape(z, tf.shape(u)) * b + a, dtype)
+        if dtype.is_integer:
+            return tf.cast(a + tf.cast(bits, tf.int64) % b, dtype)
+        return tf.cast(_unit(bits, dtype) * b + a, dtype)
+
+    def draw(state, call_word, rows, groups, width, a, b):
+        k0, k1 = _words(_step_key(state, call_word))
+        size = tf.stack([tf.shape(rows, tf.int64)[0], (width + 3) // 4])
+        block = tf.broadcast_to(tf.range(size[1])[None, :], size)
+        row = tf.broadcast_to(rows[:, None], size)
+        group = tf.broadcast_to(groups[:, None], size)
+        counter = tf.stack([_words(block)[0], _words(row)[0], _words(group)[0], tf.zeros(size, tf.uint32)], -1)
+        bits = _philox_rounds.python_function(k0, k1, tf.reshape(counter, [-1, 4]))
+        return transform(tf.reshape(bits, [size[0], -1]), a, b)[:, :width]
+    return tf.function(draw, autograph=False, input_signature=spec)
 
 
 # The open steps of this thread, by generator: a strategy traces each replica's step in a thread of its own.
@@ -165,21 +217,19 @@ class StreamGenerator(tf.random.Generator):
         finally:
             scope.calls, scope.replay = saved
 
-    def _draw_key(self) -> tf.Tensor:
-        """The Philox key (uint64) of the next draw: derived from (step state, call number)."""
+    def _draw(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The (state, call word) that key the next draw: the step's state and the draw's number."""
         scope = self._scope
         if scope is None:
             state, call = self.skip(1), 0
         else:
             state, call = scope.state, scope.calls
             scope.calls += 1
-        # Philox(state key, counter words (state counter lo, hi, call, _STEP_KEY)): one kernel op (the
-        # element-wise `philox` is ~140 small ops, paid at every draw of every step).
-        as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)  # noqa: E731
-        counter = tf.stack([as_u64(state[0]), tf.constant(call | _STEP_KEY << 32, tf.uint64)])
-        words = tf.raw_ops.StatelessRandomUniformFullIntV2(
-            shape=[1], key=tf.reshape(as_u64(state[2]), [1]), counter=counter, alg=PHILOX, dtype=tf.uint64)
-        return words[0]
+        return state, tf.constant(call | _STEP_KEY << 32, tf.uint64)
+
+    def _draw_key(self) -> tf.Tensor:
+        """The Philox key (uint64) of the next draw: derived from (step state, call number)."""
+        return _draw_key_fn(*self._draw())
 
     def _row_ids(self, n: tf.Tensor) -> tf.Tensor:
         """Slots of this draw's n rows: the replayed rows, else 0..n-1 after the rows of the
@@ -189,55 +239,32 @@ class StreamGenerator(tf.random.Generator):
             return scope.replay[1]
         return replica_offset(n) + tf.range(tf.cast(n, tf.int64))
 
-    def _bits(self, rows: tf.Tensor, groups: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
-        """uint32 [len(rows), 4 * ceil(width / 4)]: row r of group g from counters (block, r, g, 0)."""
-        key = _words(self._draw_key())
-        size = tf.stack([tf.shape(rows, tf.int64)[0], (tf.cast(width, tf.int64) + 3) // 4])
-        block = tf.broadcast_to(tf.range(size[1])[None, :], size)
-        row = tf.broadcast_to(rows[:, None], size)
-        group = tf.broadcast_to(groups[:, None], size)
-        counter = tf.stack([_words(block)[0], _words(row)[0], _words(group)[0], tf.zeros(size, tf.uint32)], -1)
-        return tf.reshape(philox(key, counter), [size[0], -1])
-
-    def _rows(self, shape, transform, groups_per_row=None) -> tf.Tensor:
+    def _rows(self, kind: str, dtype: tf.DType, shape, a, b, groups_per_row=None) -> tf.Tensor:
         shape = tf.cast(tf.reshape(shape, [-1]), tf.int64)
         if shape.shape[0] == 0:
-            return tf.reshape(self._rows(tf.ones([1], tf.int64), transform), [])
+            return tf.reshape(self._rows(kind, dtype, tf.ones([1], tf.int64), a, b), [])
         n, trailing = shape[0], shape[1:]
-        width = tf.reduce_prod(trailing)
         if groups_per_row is None:
             rows = self._row_ids(n)
             groups = tf.zeros_like(rows)
         else:
             rows, groups = groups_per_row(n)
-        values = transform(self._bits(rows, groups, width))[:, :width]
+        values = _row_draw(kind, dtype)(*self._draw(), rows, groups, tf.reduce_prod(trailing), a, b)
         return tf.reshape(values, tf.concat([tf.shape(rows, tf.int64)[:1], trailing], 0))
 
     def normal(self, shape, mean=0.0, stddev=1.0, dtype=tf.float32, name=None, groups_per_row=None):
         dtype = tf.as_dtype(dtype)
-
-        def transform(bits):
-            u = _unit(bits, dtype)
-            # Box-Muller on (u0, u1) and (u2, u3) of each block, as TensorFlow's normal kernel pairs them.
-            z = tf.stack(box_muller(u[:, 0::2], u[:, 1::2]), axis=-1)
-            return tf.cast(tf.reshape(z, tf.shape(u)) * stddev + mean, dtype)
-        return self._rows(shape, transform, groups_per_row)
+        return self._rows("normal", dtype, shape, mean, stddev, groups_per_row)
 
     def uniform(self, shape, minval=0, maxval=None, dtype=tf.float32, name=None, groups_per_row=None):
         dtype = tf.as_dtype(dtype)
         if dtype.is_integer:
             if maxval is None:
                 raise ValueError("maxval: needed for integer draws")
-
-            def transform(bits):
-                span = tf.cast(maxval, tf.int64) - tf.cast(minval, tf.int64)
-                return tf.cast(tf.cast(minval, tf.int64) + tf.cast(bits, tf.int64) % span, dtype)
-        else:
-            maxval = 1.0 if maxval is None else maxval
-
-            def transform(bits):
-                return tf.cast(_unit(bits, dtype) * (maxval - minval) + minval, dtype)
-        return self._rows(shape, transform, groups_per_row)
+            span = tf.cast(maxval, tf.int64) - tf.cast(minval, tf.int64)
+            return self._rows("uniform", dtype, shape, tf.cast(minval, tf.int64), span, groups_per_row)
+        maxval = 1.0 if maxval is None else maxval
+        return self._rows("uniform", dtype, shape, minval, maxval - minval, groups_per_row)
 
     def slots(self, parts) -> "_Slots":
         """A view whose draws of parts * m rows (partition-major) key row j * m + k by (group j, row k):
