@@ -74,10 +74,8 @@ def philox(key: tuple[tf.Tensor, tf.Tensor], counter: tf.Tensor) -> tf.Tensor:
     return tf.reshape(bits, tf.shape(counter))
 
 
-@tf.function(autograph=False, input_signature=[tf.TensorSpec([], tf.uint32), tf.TensorSpec([], tf.uint32),
-                                               tf.TensorSpec([None, 4], tf.uint32)])
 def _philox_rounds(k0: tf.Tensor, k1: tf.Tensor, counter: tf.Tensor) -> tf.Tensor:
-    """`philox` on [N, 4] counters: one traced function, so eager callers run ~400 small ops as one."""
+    """`philox` on [N, 4] counters (traced inside `_row_draw`'s function)."""
     low, shift = tf.constant(0xFFFFFFFF, tf.uint64), tf.constant(32, tf.uint64)
     c = tf.unstack(counter, axis=-1)
     for r in range(10):
@@ -150,8 +148,7 @@ def _row_draw(kind: str, dtype: tf.DType) -> tf.types.experimental.PolymorphicFu
         row = tf.broadcast_to(rows[:, None], size)
         group = tf.broadcast_to(groups[:, None], size)
         counter = tf.stack([_words(block)[0], _words(row)[0], _words(group)[0], tf.zeros(size, tf.uint32)], -1)
-        bits = _philox_rounds.python_function(k0, k1, tf.reshape(counter, [-1, 4]))
-        return transform(tf.reshape(bits, [size[0], -1]), a, b)[:, :width]
+        return transform(tf.reshape(philox((k0, k1), counter), [size[0], -1]), a, b)[:, :width]
     return tf.function(draw, autograph=False, input_signature=spec)
 
 
