@@ -66,6 +66,8 @@ flags.DEFINE_integer("batch_size", 256, "Batch size B.")
 flags.DEFINE_integer("steps", 3, "Train steps per configuration per round.")
 flags.DEFINE_integer("rounds", 15, "Round-robin rounds; ratios are reported as median and IQR over rounds.")
 flags.DEFINE_integer("gan_batch_size", 64, "Batch size of the wgan_critic section.")
+flags.DEFINE_integer("per_example_chunk", None, "wgan_critic: DPConfig.per_example_chunk of the private critic "
+                     "(examples clipped and summed at once; default: automatic).", lower_bound=1)
 flags.DEFINE_string("out", "", "Output JSON (default bench/results.json, or bench/scaling.json with --scaling).")
 flags.DEFINE_string("only", "", f"Comma-separated sections: {', '.join(SECTIONS)}.")
 flags.DEFINE_bool("scaling", False, "Ratio of the term-wise VAE step against batch size and width.")
@@ -324,6 +326,7 @@ def critic_config(name: str, b: int, label: str | None = None) -> Config:
     kw = dict(CRITIC_CONFIGS[name])
     if kw["aggregation"] != "none":
         kw["expected_batch_size"] = float(b)
+        kw["per_example_chunk"] = FLAGS.per_example_chunk
     model = make_dpwgan_gp(capacity=32, num_classes=10, seed=0)
     model.compile(dp_adam(4e-4), dp_adam(4e-4), DPConfig(**kw), num_examples=60000)
     model.prepare(batch)
@@ -338,7 +341,8 @@ def critic_config(name: str, b: int, label: str | None = None) -> Config:
 
 def wgan_critic_section(b: int, steps: int, rounds: int) -> dict:
     """The critic's gradient and update (the generator step, the same in both, is left out)."""
-    return run_section("wgan_critic", [critic_config(n, b) for n in CRITIC_CONFIGS], steps, rounds, {"batch_size": b})
+    return run_section("wgan_critic", [critic_config(n, b) for n in CRITIC_CONFIGS], steps, rounds,
+                       {"batch_size": b, "per_example_chunk": FLAGS.per_example_chunk})
 
 
 # -- scaling -----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tfpriv.compat import keras
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.config import DPConfig
+from tfpriv.privacy import per_example
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.terms import LossTerms, TermSpec
 from tests.privacy import models
@@ -95,6 +96,41 @@ def test_clipped_sums_equal_naive_loop_and_jacobian_path(case):
     np.testing.assert_allclose(np.sqrt(out["sample_sq_norms"].numpy()), norms, rtol=1e-4)
     assert _rel_err(ref.flat(out["sample"]), naive) < RTOL
     assert _rel_err(ref.flat(out["sample"]), ref.flat(jac["sample"])) < RTOL
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+@pytest.mark.parametrize("case", ["dense-gp", "conv", "lstm"])
+def test_clipped_sums_taken_a_chunk_at_a_time_equal_the_naive_loop(case, chunk):
+    """8 examples clipped and summed `chunk` at a time (3: the last chunk short), eager and traced; example 4
+    has a NaN input and is dropped and counted in its chunk. LSTM: one example after another in each chunk."""
+    build, make_loss, shape, spec = CASES[case]
+    model = build()
+    loss_fn = make_loss(model)
+    x = tf.random.stateless_normal(shape, seed=[1, 2])
+    g = ref.per_example_sample_grads(loss_fn, x, model.trainable_variables)
+    clip = float(np.median([np.linalg.norm(v) for v in g]))
+    naive = sum(ref.clip(v, clip) for i, v in enumerate(g) if i != 4)
+    x = tf.tensor_scatter_nd_update(x, [[4]], tf.fill([1, *shape[1:]], np.nan))
+    engine = engine_for(model, spec, l2_norm_clip=clip, per_example_chunk=chunk)
+    assert engine.clips_by_chunk
+    out = engine.clipped_sums(loss_fn, x)
+    assert float(out["dropped"]) == 1 and out["c_phi"].numpy()[4] == 0 and out["c_phi"].shape == [8]
+    assert _rel_err(ref.flat(out["sample"]), naive) < RTOL
+    grads, logs = tf.function(lambda x: engine.gradients(loss_fn, x))(x)
+    assert float(logs["dropped"]) == 1 and np.isfinite(list(logs.values())).all()
+    assert _rel_err(ref.flat(grads) * 10, naive) < RTOL  # expected_batch_size 10
+
+
+def test_a_chunk_holds_64_mib_of_per_example_gradients_unless_configured(monkeypatch):
+    model = models.mlp_model()  # 69 float32 parameters: 276 bytes per example
+    assert per_example.chunk_size(model.trainable_variables) == 64 * 2**20 // 276
+    monkeypatch.setattr(per_example, "CHUNK_BYTES", 100)
+    assert per_example.chunk_size(model.trainable_variables) == 1
+    with pytest.raises(ConfigError, match="^per_example_chunk: must be >= 1"):
+        DPConfig(aggregation="micro", per_example_chunk=0)
+    spec = models.SAMPLE_ONLY
+    assert not engine_for(model, spec, clipping="fast").clips_by_chunk
+    assert not engine_for(model, TermSpec(sample=("a",), batch=("b",)), max_batch_size=20).clips_by_chunk  # psi: the batch
 
 
 @pytest.mark.parametrize("rnn", [L.SimpleRNN, L.LSTM], ids=["simple_rnn", "lstm"])

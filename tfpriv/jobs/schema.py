@@ -279,6 +279,9 @@ max_batch_size = _shared(None, "micro with batch-wise terms: batches above this 
 clipping = _shared("fast", "fast (ghost norms, per-layer rules), per_example (vectorized_map over examples; exact "
                    "for second-order losses), vectorized (per-example Jacobians) or auto (fast where the first-batch "
                    "check finds it exact, else per_example; one line names each layer's path).", choices=CLIPPING_METHODS)
+per_example_chunk = _shared(None, "--clipping=per_example with sample-wise terms only: examples whose gradients are "
+                            "computed, clipped and summed at once (fewer: less memory, slower). Default: as many as "
+                            "hold 64 MiB of per-example gradients.", ge=1)
 clipped_sum = _shared("bookkeeping", "bookkeeping (from the first pass) or reweight (second backward pass).",
                       choices=CLIPPED_SUM_METHODS)
 latent_dim = _shared(None, "Latent dimension of the VAE (default per dataset).", ge=1)
@@ -325,6 +328,7 @@ class PrivateSettings(Settings):
     max_epsilon: float | None = max_epsilon()
     accountant: str = accountant()
     clipping: str = clipping()
+    per_example_chunk: int | None = per_example_chunk()
 
     def dp_config(self, **overrides) -> DPConfig:
         """The `DPConfig` of these settings: each of its fields that is a setting here, the seed, then

@@ -76,7 +76,7 @@ def _coef_sum(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.linalg.matvec(flat, coef, transpose_a=True), trailing)
 
 
-def _weighted_rows(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+def weighted_rows(coef: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     """sum_i coef_i rows_i over the leading axis, a row with coefficient 0 exactly 0 even if it holds
     NaN/inf (`_finite_or`: the masking select runs only when the plain sum is not finite)."""
     return _finite_or(_coef_sum(coef, rows), lambda: _coef_sum(coef, mask_rows(rows, coef != 0.0)))
@@ -144,7 +144,7 @@ def _row_sparse_sum(ids: tf.Tensor, values: tf.Tensor, table: tf.Variable) -> tf
     return tf.reshape(tf.math.unsorted_segment_sum(flat, tf.reshape(ids, [-1]), table.shape[0]), table.shape)
 
 
-def _flat_sq(x: tf.Tensor) -> tf.Tensor:
+def row_sq_norms(x: tf.Tensor) -> tf.Tensor:
     """Sum of squares over all but the first axis."""
     return tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]), axis=1)
 
@@ -301,7 +301,7 @@ class FastPass:
             elif kind == "rows":
                 total += _row_sparse_sq_norms(*q, self._table(layer_id).shape[0])
             else:
-                total += tf.add_n([_flat_sq(g) for g in q])
+                total += tf.add_n([row_sq_norms(g) for g in q])
         return total
 
     def partition_sq_norms(self) -> tf.Tensor:
@@ -332,7 +332,7 @@ class FastPass:
             else:
                 for g in q:
                     summed = layout.sum_by_partition(g)
-                    total += _flat_sq(summed)
+                    total += row_sq_norms(summed)
         return total
 
     def micro_sq_norms(self) -> tf.Tensor:
@@ -405,7 +405,7 @@ class FastPass:
             outer = self._instantiated.get((which, layer_id))
             if outer is None:
                 return None
-            parts.append(_weighted_rows(coef, outer))
+            parts.append(weighted_rows(coef, outer))
         return tf.add_n(parts) if parts else None
 
     def _bias_sum(self, layer_id: int, c_phi: tf.Tensor, psi_example: tf.Tensor | None) -> tf.Tensor:
@@ -502,9 +502,9 @@ class FastPass:
                 for j, var in enumerate(self.recorder.layer_vars[id(tap.layer)]):
                     parts = []
                     if per_phi is not None:
-                        parts.append(_weighted_rows(c_phi, per_phi[j]))
+                        parts.append(weighted_rows(c_phi, per_phi[j]))
                     if per_psi is not None:
-                        parts.append(_weighted_rows(psi_example, per_psi[j]))
+                        parts.append(weighted_rows(psi_example, per_psi[j]))
                     if parts:
                         add(var, tf.add_n(parts))
         return [result.get(id(v), tf.zeros_like(v)) for v in self.variables]
@@ -524,10 +524,10 @@ class JacobianSums:
     psi_reaches: list[bool] | None  # per variable: False where every row of j_psi is 0 by construction
 
     def sample_sq_norms(self) -> tf.Tensor:
-        return tf.add_n([_flat_sq(j) for j in self.j_phi])
+        return tf.add_n([row_sq_norms(j) for j in self.j_phi])
 
     def partition_sq_norms(self) -> tf.Tensor:
-        return tf.add_n([_flat_sq(j) for j in self.j_psi])
+        return tf.add_n([row_sq_norms(j) for j in self.j_psi])
 
     def micro_sq_norms(self) -> tf.Tensor:
         total = self.sample_sq_norms()
@@ -540,11 +540,11 @@ class JacobianSums:
     def weighted(self, c_phi: tf.Tensor, c_psi: tf.Tensor | None, method: str = "bookkeeping") -> list[tf.Tensor]:
         """sum_i c_phi_i grad phi_i + sum_j c_psi_j grad psi_j (`method` is irrelevant here).
 
-        A row with coefficient 0 contributes exactly 0, even a dropped NaN/inf row (`_weighted_rows`).
+        A row with coefficient 0 contributes exactly 0, even a dropped NaN/inf row (`weighted_rows`).
         """
-        out = [_weighted_rows(c_phi, j) for j in self.j_phi]
+        out = [weighted_rows(c_phi, j) for j in self.j_phi]
         if self.j_psi is not None and c_psi is not None:
-            out = [o + _weighted_rows(c_psi, j) if reach else o
+            out = [o + weighted_rows(c_psi, j) if reach else o
                    for o, j, reach in zip(out, self.j_psi, self.psi_reaches)]
         return out
 

@@ -49,6 +49,10 @@ class DPConfig:
         batch's per-example losses (exact, but O(B^2) work). `docs/privacy.md` compares them.
       clipped_sum: `bookkeeping` (weighted sums from the first pass's layer inputs and
         output gradients) or `reweight` (a second backward pass of the reweighted loss).
+      per_example_chunk: `per_example` clipping of sample-wise terms only: how many examples'
+        gradients are computed, clipped and summed at once (memory against speed: the step holds
+        this many examples' gradients and intermediates, never the whole batch's). None: as many as
+        hold 64 MiB of per-example gradients (the whole batch for most models).
       verify: check once, before training and on a public batch shaped like the first one (no
         record is read), that the fast or per_example path's norms equal a per-example Jacobian
         computation and that sample-wise terms are local (`auto` always checks: it chooses by it).
@@ -73,6 +77,7 @@ class DPConfig:
     max_batch_size: int | None = None
     clipping: str = "auto"
     clipped_sum: str = "bookkeeping"
+    per_example_chunk: int | None = None
     verify: bool = True
     seed: int | None = None
 
@@ -83,6 +88,8 @@ class DPConfig:
             raise ConfigError(f"clipping: must be one of {', '.join(CLIPPING_METHODS)}, got {self.clipping!r}")
         if self.clipped_sum not in CLIPPED_SUM_METHODS:
             raise ConfigError(f"clipped_sum: must be one of {', '.join(CLIPPED_SUM_METHODS)}, got {self.clipped_sum!r}")
+        if self.per_example_chunk is not None and self.per_example_chunk < 1:
+            raise ConfigError(f"per_example_chunk: must be >= 1 (or None: automatic), got {self.per_example_chunk}")
         if self.expected_batch_size is not None and not self.expected_batch_size > 0:
             raise ConfigError(f"expected_batch_size: must be > 0, got {self.expected_batch_size}")
         if self.num_partitions < 0:

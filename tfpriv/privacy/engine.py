@@ -38,7 +38,7 @@ from tfpriv.errors import ConfigError
 from tfpriv.privacy import pfor_rules, rules
 from tfpriv.privacy.clipping import FastPass, VectorizedPass, jacobian
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
-from tfpriv.privacy.per_example import per_example_pass
+from tfpriv.privacy.per_example import chunk_size, clipped_sums_by_chunk, per_example_pass
 from tfpriv.privacy.rng import StreamGenerator, in_step, stream_generator
 from tfpriv.privacy.taps import TapRecorder, clipping_problems, leaf_layers, require_layer_owned
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
@@ -62,6 +62,13 @@ AUTO_NOT_EXACT = ("clipping='auto' finds no exact path for this model: neither f
 
 def batch_size_of(inputs) -> tf.Tensor:
     return tf.shape(tf.nest.flatten(inputs)[0])[0]
+
+
+def _clip_factors(sq: tf.Tensor, clip: float, keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """min(1, clip/||g||) from squared norms, 0 where not `keep` or not finite; and how many got 0."""
+    keep = keep & tf.math.is_finite(sq)
+    f = tf.minimum(1.0, clip / tf.maximum(tf.sqrt(tf.maximum(sq, 0.0)), 1e-12))
+    return tf.where(keep, f, 0.0), tf.reduce_sum(tf.cast(~keep, tf.float32))
 
 
 def finite_examples(inputs, batch_size: tf.Tensor):
@@ -269,6 +276,11 @@ class DPGradientEngine:
         if cfg.aggregation in ("none", "batch"):
             return self._whole_batch_gradients(loss_fn, inputs, layout, batch_size)
         inputs, ok = finite_examples(inputs, batch_size)
+        if self.clips_by_chunk:
+            sums = self._sums_by_chunk(loss_fn, inputs, ok, batch_size, 1.0 / cfg.expected_batch_size)
+            logs = self._logs(LossTerms(sample=sums.sample, batch={}), layout, batch_size, ok)
+            logs["dropped"] = sums.dropped
+            return self._add_noise(sums.sums), logs
         p, terms = self._pass(loss_fn, inputs, layout, batch_size)
         c_phi, c_psi, dropped = self._coefficients(p, batch_size, layout, ok)
         if c_psi is not None:
@@ -414,6 +426,18 @@ class DPGradientEngine:
             p.j_psi = rows[:k]
         return p
 
+    @property
+    def clips_by_chunk(self) -> bool:
+        """Whether each example's gradient is clipped and summed a chunk at a time (`clipped_sums_by_chunk`):
+        per-example gradients of a loss with sample-wise terms only, whose clip factors need no other example."""
+        return self.per_example and not self.spec.has_batch_terms
+
+    def _sums_by_chunk(self, loss_fn, inputs, ok: tf.Tensor, batch_size, scale: float):
+        clip = self.config.l2_norm_clip
+        return clipped_sums_by_chunk(loss_fn, inputs, ok, self.variables, self.spec, batch_size,
+                                     lambda sq, keep: _clip_factors(sq, clip, keep), scale,
+                                     self.config.per_example_chunk or chunk_size(self.variables), owner=self)
+
     def _per_example_pass(self, loss_fn, inputs, layout, batch_size):
         singleton = self.config.partitions_for_batch_terms == SINGLETON_PARTITIONS
         return per_example_pass(loss_fn, inputs, self.variables, self.spec, layout, batch_size,
@@ -428,25 +452,19 @@ class DPGradientEngine:
         one is not ok, since psi(batch) holds it.
         """
         cfg = self.config
-
-        def factor(sq, clip, keep):
-            keep = keep & tf.math.is_finite(sq)
-            f = tf.minimum(1.0, clip / tf.maximum(tf.sqrt(tf.maximum(sq, 0.0)), 1e-12))
-            return tf.where(keep, f, 0.0), tf.reduce_sum(tf.cast(~keep, tf.float32))
-
         if cfg.aggregation == "micro":
             if not self.batch_terms:
-                c_phi, dropped = factor(p.sample_sq_norms(), cfg.l2_norm_clip, ok)
+                c_phi, dropped = _clip_factors(p.sample_sq_norms(), cfg.l2_norm_clip, ok)
                 return c_phi, None, dropped
-            w, dropped = factor(p.micro_sq_norms(), cfg.l2_norm_clip, ok & tf.reduce_all(ok))
+            w, dropped = _clip_factors(p.micro_sq_norms(), cfg.l2_norm_clip, ok & tf.reduce_all(ok))
             # Batches above max_batch_size contribute nothing (noise only): keeps the
             # sensitivity at (2*max_batch_size - 1) * C whatever the sampled size.
             w *= tf.cast(batch_size <= cfg.max_batch_size, w.dtype)
             return w, tf.reshape(tf.reduce_sum(w), [1]), dropped
-        c_phi, dropped = factor(p.sample_sq_norms(), cfg.l2_norm_clip, ok)
+        c_phi, dropped = _clip_factors(p.sample_sq_norms(), cfg.l2_norm_clip, ok)
         if not self.batch_terms:
             return c_phi, None, dropped
-        c_psi, dropped_psi = factor(p.partition_sq_norms(), cfg.batch_clip, self._partitions_ok(layout, ok))
+        c_psi, dropped_psi = _clip_factors(p.partition_sq_norms(), cfg.batch_clip, self._partitions_ok(layout, ok))
         return c_phi, c_psi, dropped + dropped_psi
 
     @staticmethod
@@ -509,6 +527,10 @@ class DPGradientEngine:
         batch_size = batch_size_of(inputs)
         layout = layout or self.layout(batch_size)
         inputs, ok = finite_examples(inputs, batch_size)
+        if self.clips_by_chunk:
+            sums = self._sums_by_chunk(loss_fn, inputs, ok, batch_size, 1.0)
+            return {"sample": sums.sums, "layout": layout, "dropped": sums.dropped, "sample_sq_norms": sums.sq_norms,
+                    "c_phi": sums.coefficients, "c_psi": None}
         p, _ = self._pass(loss_fn, inputs, layout, batch_size)
         c_phi, c_psi, dropped = self._coefficients(p, batch_size, layout, ok)
         out = {"sample": p.weighted(c_phi, None, method=self.config.clipped_sum), "layout": layout,
