@@ -98,8 +98,7 @@ def test_clipped_sums_equal_naive_loop_and_jacobian_path(case):
     assert _rel_err(ref.flat(out["sample"]), ref.flat(jac["sample"])) < RTOL
 
 
-@pytest.mark.parametrize("chunk", [1, 3])
-@pytest.mark.parametrize("case", ["dense-gp", "conv", "lstm"])
+@pytest.mark.parametrize("case,chunk", [("dense-gp", 1), ("dense-gp", 3), ("conv", 3), ("lstm", 3)])
 def test_clipped_sums_taken_a_chunk_at_a_time_equal_the_naive_loop(case, chunk):
     """8 examples clipped and summed `chunk` at a time (3: the last chunk short), eager and traced; example 4
     has a NaN input and is dropped and counted in its chunk. LSTM: one example after another in each chunk."""
@@ -122,15 +121,20 @@ def test_clipped_sums_taken_a_chunk_at_a_time_equal_the_naive_loop(case, chunk):
 
 
 def test_a_chunk_holds_64_mib_of_per_example_gradients_unless_configured(monkeypatch):
+    """Automatic chunks only where the expected batch's per-example gradients exceed one; never with fast
+    clipping or batch-wise terms (micro's psi needs the whole batch)."""
     model = models.mlp_model()  # 69 float32 parameters: 276 bytes per example
+    spec = models.SAMPLE_ONLY
     assert per_example.chunk_size(model.trainable_variables) == 64 * 2**20 // 276
-    monkeypatch.setattr(per_example, "CHUNK_BYTES", 100)
-    assert per_example.chunk_size(model.trainable_variables) == 1
+    assert not engine_for(model, spec).clips_by_chunk  # the expected batch (10) fits in one chunk
+    assert engine_for(model, spec, per_example_chunk=4).clips_by_chunk
+    monkeypatch.setattr(per_example, "CHUNK_BYTES", 276 * 9)
+    assert per_example.chunk_size(model.trainable_variables) == 9 and engine_for(model, spec).clips_by_chunk
+    assert not engine_for(model, spec, clipping="fast", per_example_chunk=1).clips_by_chunk
+    assert not engine_for(model, TermSpec(sample=("a",), batch=("b",)), max_batch_size=20,
+                          per_example_chunk=1).clips_by_chunk
     with pytest.raises(ConfigError, match="^per_example_chunk: must be >= 1"):
         DPConfig(aggregation="micro", per_example_chunk=0)
-    spec = models.SAMPLE_ONLY
-    assert not engine_for(model, spec, clipping="fast").clips_by_chunk
-    assert not engine_for(model, TermSpec(sample=("a",), batch=("b",)), max_batch_size=20).clips_by_chunk  # psi: the batch
 
 
 @pytest.mark.parametrize("rnn", [L.SimpleRNN, L.LSTM], ids=["simple_rnn", "lstm"])

@@ -52,7 +52,8 @@ class DPConfig:
       per_example_chunk: `per_example` clipping of sample-wise terms only: how many examples'
         gradients are computed, clipped and summed at once (memory against speed: the step holds
         this many examples' gradients and intermediates, never the whole batch's). None: as many as
-        hold 64 MiB of per-example gradients (the whole batch for most models).
+        hold 64 MiB of per-example gradients where the expected batch's exceed that, else the whole
+        batch at once (most models).
       verify: check once, before training and on a public batch shaped like the first one (no
         record is read), that the fast or per_example path's norms equal a per-example Jacobian
         computation and that sample-wise terms are local (`auto` always checks: it chooses by it).
