@@ -165,6 +165,22 @@ class _Step:
         self.replay: tuple[int, tf.Tensor, tf.Tensor | None] | None = None
 
 
+@functools.cache
+def _noise_draw(dtype: tf.DType, alg: int) -> tf.types.experimental.PolymorphicFunction:
+    """The traced function of `StreamGenerator.normal_once`: (state, call word, n, stddev) -> n draws
+    in `dtype`, one call op in a traced step."""
+    work = _work(dtype)
+
+    def draw(state, call_word, n, stddev):
+        half = (n + 1) // 2
+        key = _step_key(state, call_word)
+        u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.stack([2, half]), key=tf.reshape(key, [1]),
+                                                counter=tf.zeros([2], tf.uint64), alg=alg, dtype=work)
+        return tf.cast(tf.concat(box_muller(u[0], u[1], stddev), 0)[:n], dtype)
+    return tf.function(draw, autograph=False, input_signature=[_STATE, _WORD, tf.TensorSpec([], tf.int64),
+                                                                tf.TensorSpec([], work)])
+
+
 class StreamGenerator(tf.random.Generator):
     """A Philox stream whose numbers are keyed by (step, call, row): each example's are its own.
 
@@ -280,14 +296,9 @@ class StreamGenerator(tf.random.Generator):
         dtypes are computed in float32.
         """
         shape = tf.cast(tf.reshape(shape, [-1]), tf.int64)
-        n = tf.reduce_prod(shape)
-        half = (n + 1) // 2
-        work = dtype if dtype in (tf.float32, tf.float64) else tf.float32
-        key = self._draw_key()
-        u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.stack([2, half]), key=tf.reshape(key, [1]),
-                                                counter=tf.zeros([2], tf.uint64), alg=self.algorithm, dtype=work)
-        z = tf.concat(box_muller(u[0], u[1], tf.cast(stddev, work)), 0)[:n]
-        return tf.cast(tf.reshape(z, shape), dtype)
+        draw = _noise_draw(tf.as_dtype(dtype), self.algorithm)
+        flat = draw(*self._draw(), tf.reduce_prod(shape), tf.cast(stddev, _work(tf.as_dtype(dtype))))
+        return tf.reshape(flat, shape)
 
 
 class _Slots:
