@@ -20,7 +20,8 @@ def test_every_family_on_two_devices_matches_one_device():
     """4 Poisson steps without noise, same seeds: the weights agree to float tolerance, and the
     ledger counts 4 global steps on both (not 8 on two replicas). Includes a `make_private` LSTM,
     whose per-example gradients take `map_examples`' one-example-after-another path, and one through the
-    LSTM rule with noise on (noise added once: the same weights as one device)."""
+    LSTM rule with noise on (noise added once: the same weights as one device). The DP-WGAN-GP critic
+    clips and sums its per-example gradients in chunks (`per_example_chunk`), each replica its own."""
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests/training/scripts/two_devices.py")],
                           capture_output=True, text=True, timeout=900,
                           env=script_env())

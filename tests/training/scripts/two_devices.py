@@ -58,8 +58,9 @@ def _gan(make, opt):
 
 
 def dpwgan_gp():
+    """per_example clipping in chunks of 5 (each replica's 8 examples: 5 and 3)."""
     model, cfg, arrays, opts = _gan(make_dpwgan_gp, dp_adam)
-    return model, {**cfg, "clipping": "per_example"}, arrays, opts
+    return model, {**cfg, "clipping": "per_example", "per_example_chunk": 5}, arrays, opts
 
 
 def dpgan():
