@@ -169,7 +169,7 @@ def test_generator_and_critic_loss_settings_reach_the_run_and_are_recorded(tmp_p
     out = tmp_path / "run"
     s = gan_job.JOB.settings(model="dpwgan_gp", dataset="fashion_mnist", data_dir=str(data_dir), capacity=2,
                       generator_capacity=3, diversity_weight=0.5, saturation_bound=0.05, noise_multiplicity=2,
-                      latent_size=4, batch_size=500,
+                      latent_size=4, batch_size=500, per_example_chunk=200,
                       epochs=1, max_steps=2, eval_every=0,
                       num_samples=20, seed=0, verbose=0)
     gan_job.run(s, str(out))
@@ -178,6 +178,7 @@ def test_generator_and_critic_loss_settings_reach_the_run_and_are_recorded(tmp_p
     assert stored["gan"]["diversity_weight"] == 0.5 and stored["history"]["g_diversity"][-1] > 0
     assert stored["gan"]["saturation_bound"] == 0.05 and stored["history"]["g_saturation"][-1] > 0
     assert stored["gan"]["noise_multiplicity"] == 2 and stored["steps"] == 2
+    assert stored["gan"]["per_example_chunk"] == 200 and s.dp_config().per_example_chunk == 200
     assert json.load(open(out / "gan.json"))["generator_capacity"] == 3
     generator = keras.models.load_model(out / "generator.keras", compile=False)
     assert generator.get_layer("deconv2").filters == 3
