@@ -230,15 +230,19 @@ def test_measured_noise_std_matches_formula(aggregation, kw, expected):
     assert abs(np.mean(noise)) < 4 * expected / math.sqrt(noise.size)
 
 
-def test_empty_batch_gives_pure_noise_under_one_trace():
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_empty_batch_gives_pure_noise_under_one_trace(chunk):
+    """Also in chunks (no chunk at all), traced and eager."""
     model = models.mlp_model()
     loss_fn = gp_loss_fn(model)
-    engine = engine_for(model, GP_SPEC, noise_multiplier=1.0)
+    engine = engine_for(model, GP_SPEC, noise_multiplier=1.0, per_example_chunk=chunk)
     step = tf.function(lambda x: engine.gradients(loss_fn, x)[0], input_signature=[tf.TensorSpec([None, 7])])
     empty = step(tf.zeros([0, 7]))
     assert np.std(ref.flat(empty)) == pytest.approx(0.5 / 10, rel=0.3)  # z C / B on 69 coordinates
     assert np.all(np.isfinite(ref.flat(step(tf.random.normal([5, 7])))))
     assert step.experimental_get_tracing_count() == 1
+    eager, logs = engine.gradients(loss_fn, tf.zeros([0, 7]))
+    assert np.std(ref.flat(eager)) == pytest.approx(0.5 / 10, rel=0.3) and float(logs["dropped"]) == 0
 
 
 def test_verify_refuses_a_loss_that_differs_as_a_batch_of_one():

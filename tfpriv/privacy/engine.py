@@ -67,8 +67,8 @@ def batch_size_of(inputs) -> tf.Tensor:
 def _clip_factors(sq: tf.Tensor, clip: float, keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """min(1, clip/||g||) from squared norms, 0 where not `keep` or not finite; and how many got 0."""
     keep = keep & tf.math.is_finite(sq)
-    f = tf.minimum(1.0, clip / tf.maximum(tf.sqrt(tf.maximum(sq, 0.0)), 1e-12))
-    return tf.where(keep, f, 0.0), tf.reduce_sum(tf.cast(~keep, tf.float32))
+    f = tf.minimum(tf.ones([], sq.dtype), clip / tf.maximum(tf.sqrt(tf.maximum(sq, 0.0)), 1e-12))
+    return tf.where(keep, f, tf.zeros_like(f)), tf.reduce_sum(tf.cast(~keep, tf.float32))
 
 
 def finite_examples(inputs, batch_size: tf.Tensor):

@@ -174,8 +174,10 @@ def clipped_sums_by_chunk(loss_fn: LossFn, inputs, ok: tf.Tensor, variables: Seq
     one = _example_function(loss_fn, variables, spec, (), False, [])
     chunks = (batch_size + chunk - 1) // chunk
 
-    def per_example(values):  # [B] values written a chunk at a time
-        return tf.TensorArray(values, size=chunks, infer_shape=False, element_shape=[None])
+    def per_example(dtype):
+        """[B] values written a chunk at a time after an empty element (eager ones cannot concatenate nothing)."""
+        values = tf.TensorArray(dtype, size=chunks + 1, infer_shape=False, element_shape=[None])
+        return values.write(0, tf.zeros([0], dtype))
 
     def body(k, sums, dropped, sq_norms, coefficients, sample):
         start = k * chunk
@@ -184,11 +186,12 @@ def clipped_sums_by_chunk(loss_fn: LossFn, inputs, ok: tf.Tensor, variables: Seq
         sq = tf.add_n([row_sq_norms(j) for j in g])
         c, d = clip_factors(sq, ok[start:start + chunk])
         sums = [s + weighted_rows(c * scale, j) for s, j in zip(sums, g)]
-        sample = {name: sample[name].write(k, tf.cast(values[name], tf.float32)) for name in sample}
-        return k + 1, sums, dropped + d, sq_norms.write(k, sq), coefficients.write(k, c), sample
+        sample = {name: sample[name].write(k + 1, tf.cast(values[name], tf.float32)) for name in sample}
+        return k + 1, sums, dropped + d, sq_norms.write(k + 1, sq), coefficients.write(k + 1, c), sample
 
-    start = (tf.constant(0), [tf.zeros_like(v) for v in variables], tf.constant(0.0), per_example(tf.float32),
-             per_example(tf.float32), {name: per_example(tf.float32) for name in spec.sample})
+    norm_dtype = variables[0].dtype.base_dtype  # of the squared norms and clip factors, as on the other paths
+    start = (tf.constant(0), [tf.zeros_like(v) for v in variables], tf.constant(0.0), per_example(norm_dtype),
+             per_example(norm_dtype), {name: per_example(tf.float32) for name in spec.sample})
     _, sums, dropped, sq_norms, coefficients, sample = tf.while_loop(lambda k, *_: k < chunks, body, start)
     return ChunkedSums(sums, sq_norms.concat(), coefficients.concat(), dropped,
                        {name: values.concat() for name, values in sample.items()})
