@@ -75,8 +75,11 @@ def test_a_loss_mixing_integer_input_examples_is_refused_and_would_leak_unverifi
     assert leaky["max_sensitivity_ratio"] > 1 + 1e-3 and not leaky["passed"]
 
 
-def test_gan_critic_ratio_at_most_one():
-    result = run_case(Case("dpwgan_gp", "micro"), batch_size=4, scales=(1000.0,), ascent_steps=0)
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_gan_critic_ratio_at_most_one(chunk):
+    """Also with the per-example gradients clipped and summed 3 examples at a time (4 and 5 examples)."""
+    result = run_case(Case("dpwgan_gp", "micro", per_example_chunk=chunk), batch_size=4, scales=(1000.0,),
+                      ascent_steps=0)
     assert result["clipping"] == "per_example"
     assert result["max_sensitivity_ratio"] <= 1 + TOLERANCE
 

@@ -61,6 +61,7 @@ class Case:
     known_seed: bool = False   # the known-seed coupling (`tfpriv.audit.known_seed`) instead of the audit's
     verify: bool = False       # verify on a public batch first, as training does; refused: trains on nothing
     fixed_batches: bool = False  # the "fixed" scheme's 2-Delta bound (`tfpriv.audit.fixed_batches`) instead
+    per_example_chunk: int | None = None  # per_example clipping: examples clipped and summed at once
 
     @property
     def name(self) -> str:
@@ -73,7 +74,8 @@ class Case:
         if self.aggregation == "termwise":
             mode += "_b" + ("singleton" if self.num_partitions == 0 else str(self.num_partitions))
         extra = (([self.clipping] if self.clipping else []) + (["known_seed"] if self.known_seed else [])
-                 + (["verified"] if self.verify else []) + (["fixed_batches"] if self.fixed_batches else []))
+                 + (["verified"] if self.verify else []) + (["fixed_batches"] if self.fixed_batches else [])
+                 + ([f"chunks_of_{self.per_example_chunk}"] if self.per_example_chunk else []))
         return "/".join(parts + [mode] + extra)
 
 
@@ -84,10 +86,10 @@ def vae_cases(priors: Iterable[str] = PRIORS, divergences: Iterable[str] = DIVER
 
 def default_cases() -> list[Case]:
     """The full sweep: every VAE prior x divergence x mode (micro at the batch cap too, for
-    the divergences), the GAN critic and make_private."""
+    the divergences), the GAN critic (the conditional one in chunks of 3 examples) and make_private."""
     cap = [Case("vae", "micro", None, prior, div, at_cap=True) for prior in PRIORS for div in DIVERGENCES if div != "none"]
-    return (vae_cases() + cap + [Case("dpwgan_gp", "micro"), Case("dpwgan_gp", "micro", conditional=True),
-                                 Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS]
+    critic = [Case("dpwgan_gp", "micro"), Case("dpwgan_gp", "micro", conditional=True, per_example_chunk=3)]
+    return (vae_cases() + cap + critic + [Case("make_private", "micro")] + [Case(m, "micro") for m in TEXT_MODELS]
             + screening_cases() + known_seed_cases() + [Case("make_private", "micro", fixed_batches=True)])
 
 
@@ -274,7 +276,7 @@ def case_setup(case: Case, batch_size: int = 8, seed: int = 0, vae_hidden: Seque
     config = DPConfig(aggregation=case.aggregation, l2_norm_clip=1.0, batch_clip=1.0,
                       num_partitions=case.num_partitions if case.aggregation == "termwise" else 1,
                       clipping=case.clipping or ("per_example" if case.model == "dpwgan_gp" else "fast"),
-                      expected_batch_size=float(batch_size), verify=False)
+                      expected_batch_size=float(batch_size), per_example_chunk=case.per_example_chunk, verify=False)
     has_batch = model.term_spec().has_batch_terms
     if case.aggregation == "micro" and has_batch:
         # B + 1: D' = D + {x} is below the cap; at_cap: D' crosses it and is skipped (noise only)
