@@ -208,6 +208,7 @@ def wide_model():
 
 @pytest.mark.parametrize("aggregation,kw,expected", [
     ("micro", dict(), 1.3 * 0.7 / 32),                                       # z C / B
+    ("micro", dict(per_example_chunk=6), 1.3 * 0.7 / 32),                    # clipped and summed 6 at a time
     ("termwise", dict(batch_clip=0.2, num_partitions=0), 1.3 * math.hypot(0.7 / 32, 0.2 / 32)),
 ])
 def test_measured_noise_std_matches_formula(aggregation, kw, expected):
