@@ -27,6 +27,12 @@ from tfpriv.privacy.taps import TapRecorder
 from tfpriv.privacy.terms import BatchLayout
 
 
+def variables_dtype(variables: Sequence[tf.Variable]) -> tf.DType:
+    """The one dtype of `variables` (`DPGradientEngine` checks that they have one), in which the engine computes
+    norms, clip factors and sums; a Keras 3 variable names its dtype as a string."""
+    return tf.as_dtype(variables[0].dtype).base_dtype
+
+
 def _zeros_if_none(grads, like):
     return [tf.zeros_like(t) if g is None else g for g, t in zip(grads, like)]
 
@@ -120,9 +126,10 @@ def _balanced(u: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     mu = tf.reduce_max(tf.abs(u), axis=-1, keepdims=True)
     mv = tf.reduce_max(tf.abs(v), axis=-1, keepdims=True)
     zero = finite & ((mu == 0.0) | (mv == 0.0))
-    scale = tf.where(finite & ~zero, tf.sqrt(mv) / tf.sqrt(tf.where(zero, 1.0, mu)), 1.0)
+    one, nought = tf.ones([], u.dtype), tf.zeros([], u.dtype)  # in u's dtype: a Python 1.0 is float32 when traced
+    scale = tf.where(finite & ~zero, tf.sqrt(mv) / tf.sqrt(tf.where(zero, one, mu)), one)
     scale = tf.clip_by_value(scale, 1e-18, 1e18)  # any finite positive scale is exact
-    return tf.where(zero, 0.0, u * scale), tf.where(zero, 0.0, v / scale)
+    return tf.where(zero, nought, u * scale), tf.where(zero, nought, v / scale)
 
 
 def _row_sparse_sq_norms(ids: tf.Tensor, values: tf.Tensor, table_rows: int) -> tf.Tensor:
@@ -164,6 +171,7 @@ class FastPass:
                  expected_rows_per_partition: float):
         self.recorder = recorder
         self.variables = list(variables)
+        self.dtype = variables_dtype(self.variables)  # of norms and clip factors
         self.layout = layout
         self.batch_size = batch_size
         self.expected_rows = expected_rows_per_partition
@@ -286,7 +294,7 @@ class FastPass:
 
     # -- norms ------------------------------------------------------------------------------
     def sample_sq_norms(self) -> tf.Tensor:
-        total = tf.zeros([self.batch_size])
+        total = tf.zeros([self.batch_size], self.dtype)
         for layer_id, (kind, q) in self._quantities("phi").items():
             if kind == "factor":
                 u, v, bias = q
@@ -306,7 +314,7 @@ class FastPass:
 
     def partition_sq_norms(self) -> tf.Tensor:
         layout = self.layout
-        total = tf.zeros([layout.num_partitions])
+        total = tf.zeros([layout.num_partitions], self.dtype)
         for layer_id, (kind, q) in self._quantities("psi").items():
             if kind == "factor":
                 u, v, bias = q
@@ -339,7 +347,7 @@ class FastPass:
         """||grad phi_i + G||^2 with G the gradient of all batch-wise terms (one partition)."""
         total = self.sample_sq_norms()
         phi_q, psi_q = self._quantities("phi"), self._quantities("psi")
-        shared = tf.constant(0.0)
+        shared = tf.zeros([], self.dtype)
         for layer_id, (kind, q_psi) in psi_q.items():
             q_phi = phi_q.get(layer_id, (kind, None))[1]
             if kind == "factor":
@@ -367,7 +375,7 @@ class FastPass:
                 ids, values = q_phi  # <grad phi_i, M> = sum_t <g_t, M[id_t]>
                 cross = tf.reduce_sum(values * tf.gather(m, ids), axis=[1, 2])
             else:
-                cross = tf.zeros([self.batch_size])
+                cross = tf.zeros([self.batch_size], self.dtype)
                 for j, g_psi in enumerate(q_psi):
                     m = tf.reduce_sum(g_psi, axis=0)
                     shared += tf.reduce_sum(tf.square(m))
@@ -441,6 +449,7 @@ class FastPass:
             else:
                 grads = self.tape.gradient(targets, self.variables, output_gradients=weights,
                                            unconnected_gradients=zero)
+            grads = [tf.convert_to_tensor(g) for g in grads]  # an embedding's IndexedSlices: dense, as the sums below
             # A weight-0 group's backward pass is 0, or NaN where its activations are NaN/inf
             # (0 * inf): every VJP is linear in the weight, selections only route 0 or NaN, and
             # NaN survives sums. A finite result is therefore exact; otherwise the book-keeping

@@ -185,6 +185,11 @@ class DPGradientEngine:
             v for r in roots for v in r.trainable_variables]
         if not self.variables:
             raise ConfigError("DP engine: the model has no trainable variables (build it before compiling)")
+        dtypes = sorted({tf.as_dtype(v.dtype).base_dtype.name for v in self.variables})
+        if len(dtypes) > 1 or dtypes[0] not in ("float32", "float64"):
+            # Norms, clip factors, sums and noise are computed in the variables' dtype (`variables_dtype`).
+            raise ConfigError(f"DP engine: the trainable variables must all be float32 or all float64; "
+                              f"found {', '.join(dtypes)}", param="variables")
         self.batch_terms = config.batch_terms_active(spec.has_batch_terms)
         self._refuse_split_batch_terms(tf.distribute.get_strategy().num_replicas_in_sync)
         # Validates the mode against the terms now (e.g. micro + batch term needs max_batch_size).
@@ -323,8 +328,8 @@ class DPGradientEngine:
                 denom_phi = cfg.expected_batch_size
                 denom_psi = 1.0
             else:
-                denom_phi = tf.cast(tf.maximum(batch_size, 1), tf.float32)
-                denom_psi = tf.cast(tf.maximum(layout.num_partitions, 1), tf.float32)
+                denom_phi = tf.cast(tf.maximum(batch_size, 1), phi.dtype)
+                denom_psi = tf.cast(tf.maximum(layout.num_partitions, 1), psi.dtype)
             loss = tf.reduce_sum(phi) / denom_phi + tf.reduce_sum(psi) / denom_psi
         grads = tape.gradient(loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         dropped = tf.constant(0.0)

@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import tensorflow as tf
 
-from tfpriv.privacy.clipping import JacobianSums, jacobian, row_sq_norms, weighted_rows
+from tfpriv.privacy.clipping import JacobianSums, jacobian, row_sq_norms, variables_dtype, weighted_rows
 from tfpriv.privacy.pfor_rules import map_examples
 from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
@@ -65,7 +65,8 @@ def _as_batch_of_one(example):
 
 
 def _scalars(values, names: Sequence[str]) -> dict[str, tf.Tensor]:
-    return {k: tf.reshape(values[k], []) for k in names}
+    """An example's term values, in float32 whatever the model's dtype: they are only logged."""
+    return {k: tf.cast(tf.reshape(values[k], []), tf.float32) for k in names}
 
 
 def _example_function(loss_fn: LossFn, variables: list[tf.Variable], spec: TermSpec, batch_names: Sequence[str],
@@ -189,7 +190,7 @@ def clipped_sums_by_chunk(loss_fn: LossFn, inputs, ok: tf.Tensor, variables: Seq
         sample = {name: sample[name].write(k + 1, tf.cast(values[name], tf.float32)) for name in sample}
         return k + 1, sums, dropped + d, sq_norms.write(k + 1, sq), coefficients.write(k + 1, c), sample
 
-    norm_dtype = variables[0].dtype.base_dtype  # of the squared norms and clip factors, as on the other paths
+    norm_dtype = variables_dtype(variables)  # of the squared norms and clip factors, as on the other paths
     start = (tf.constant(0), [tf.zeros_like(v) for v in variables], tf.constant(0.0), per_example(norm_dtype),
              per_example(norm_dtype), {name: per_example(tf.float32) for name in spec.sample})
     _, sums, dropped, sq_norms, coefficients, sample = tf.while_loop(lambda k, *_: k < chunks, body, start)

@@ -56,9 +56,9 @@ class LossTerms:
         return tf.add_n(list(self.sample.values()))
 
     def batch_total(self, num_partitions: tf.Tensor) -> tf.Tensor:
-        """psi_j summed over batch-wise terms: [P] (zeros when there are none)."""
+        """psi_j summed over batch-wise terms: [P] (zeros, in the sample-wise terms' dtype, when there are none)."""
         if not self.batch:
-            return tf.zeros([num_partitions])
+            return tf.zeros([num_partitions], next(iter(self.sample.values())).dtype if self.sample else tf.float32)
         return tf.add_n(list(self.batch.values()))
 
 

@@ -175,9 +175,10 @@ def refuse_mixed_precision(model: keras.Model) -> None:
     """Raises ConfigError naming `model` when a layer computes in float16 or bfloat16 (a mixed-precision
     dtype policy, e.g. from `keras.mixed_precision.set_global_policy("mixed_float16")`).
 
-    The engine's per-example norms, clip factors, sums and noise are written for the float32
-    gradients of a float32 model; a half-precision forward pass crashed `fit` (float32 + float16).
-    Supporting it would need every DP quantity cast to float32 and a sensitivity test per policy.
+    The engine's per-example norms, clip factors, sums and noise are computed in the variables' one
+    dtype (float32 or float64); a half-precision forward pass with float32 variables crashed `fit`
+    (float32 + float16). Supporting it would need every DP quantity cast to float32 and a sensitivity
+    test per policy.
     """
     half = [layer for layer in model._flatten_layers() if str(layer.compute_dtype) in ("float16", "bfloat16")]
     if half:

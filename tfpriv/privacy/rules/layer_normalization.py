@@ -27,8 +27,8 @@ class AffineNormalizationRule(PerExampleRule):
 
     def per_example(self, tap, grad, batch_size, original_call):
         layer = tap.layer
-        normalised, outside = self.normalised(tap, tf.cast(tap.inputs, tf.float32))
-        g = tf.cast(grad, tf.float32)
+        normalised, outside = self.normalised(tap, tf.cast(tap.inputs, grad.dtype))
+        g = grad
         out = []
         if layer.scale:
             out.append(per_example_sums(tf.reduce_sum(g * normalised, axis=outside), batch_size))
