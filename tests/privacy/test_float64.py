@@ -2,8 +2,9 @@
 norms, clip factors, sums and noise in float64: the traced step's clipped sums equal the naive per-example
 loop to 1e-10 (float32 anywhere on the way would leave ~1e-7), the noise has the documented std, and
 `make_private` trains an Embedding → LSTM → LayerNorm classifier whose first step is the naive loop's, then
-`fit`s it. Also: a model whose variables mix dtypes is refused naming `variables`; `clipped_sum="reweight"`
-on an Embedding (dense and IndexedSlices gradients in one condition) trains in both dtypes."""
+`fit`s it. Also: a model whose variables mix dtypes is refused naming `variables`, a family model built in
+float64 naming `model`; `clipped_sum="reweight"` on an Embedding (dense and IndexedSlices gradients in one
+condition) trains in both dtypes."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -144,3 +145,18 @@ def test_variables_of_two_dtypes_are_refused_naming_them():
         DPGradientEngine(DPConfig(aggregation="micro", l2_norm_clip=1.0, expected_batch_size=4), model,
                          TermSpec(sample=("phi",)))
     assert err.value.param == "variables"
+
+
+def test_a_family_built_in_float64_is_refused_in_one_line_naming_the_model(floatx):
+    """The families' losses compute in float32 (constants, partition masks): a PriVAE built under float64 is
+    refused before any step, not left to crash in a Mul."""
+    from tfpriv.privae.architectures import build_architecture
+    from tfpriv.privae.vae import VAE
+    floatx("float64")
+    vae = VAE(*build_architecture("mlp", (8,), 2))
+    vae.compile(keras.optimizers.SGD(0.1), dp=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                        expected_batch_size=4), num_examples=16, delta=1e-3)
+    with pytest.raises(ConfigError, match=r"^model: VAE computes in float32 only, and it was built in float64 "
+                                          r"\(keras.backend.set_floatx\('float64'\)\)") as err:
+        vae.fit(np.random.default_rng(0).random((16, 8)), epochs=1, verbose=0)
+    assert err.value.param == "model"

@@ -62,6 +62,9 @@ class DPTraining:
     keras_module = keras  # the Keras of the model class: its metrics and progress bar
     budget_name = "max_epsilon"  # the parameter the budget came from (`make_private`: "target_epsilon")
     state_type: type[DPState] = DPState  # what `dp_state` is (make_private's model adds its loss's facts)
+    # Whether the model's own loss computes in float64 when its layers do (`keras.backend.set_floatx`): the
+    # engine does; the families' losses build float32 constants and partition masks (make_private's: yes).
+    trains_in_float64 = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -182,6 +185,9 @@ class DPTraining:
             return self.engine
         if self.dp_config is None:
             raise RuntimeError("call compile() before fit()")
+        if tf.as_dtype(self.dtype) == tf.float64 and not self.trains_in_float64:
+            raise ConfigError(f"model: {type(self).__name__} computes in float32 only, and it was built in float64 "
+                              "(keras.backend.set_floatx('float64')); models from tfpriv.make_private train in float64")
         batch = public_batch(sample_batch)
         strategy = self.distribute_strategy
         # Variables and the noise generator must live in the distribution strategy's scope.

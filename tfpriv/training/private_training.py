@@ -41,6 +41,7 @@ class PrivateTraining(DPTraining):
     `PrivateModel` (Keras 2) and `tfpriv.training.keras3.PrivateModel` (Keras 3)."""
 
     state_type = PrivateTrainingState
+    trains_in_float64 = True  # the user's model and per-example loss, in its dtype (tests/privacy/test_float64.py)
 
     def __init__(self, model: keras.Model, loss: LossLike, config: DPConfig, num_examples: int,
                  delta: float | None = None, max_epsilon: float | None = None, **kwargs):
