@@ -48,7 +48,8 @@ def loss_for(model: keras.Model, batch_terms: bool):
 
 # (clipping, clipped_sum, model): the rules on the fast path (Conv2D, Conv2DTranspose, Dense on positions,
 # LayerNorm, a fallback layer: models.conv_model); the per-example path's partitions on a small MLP. The
-# chunked and vectorized paths kept float64 before (tests/privacy/test_per_example.py covers their sums).
+# chunked and vectorized paths computed in float64 before this file (a probe of every path); their sums
+# against the naive loop are tests/privacy/test_per_example.py's, in float32.
 PATHS = [("fast", "bookkeeping", "conv"), ("fast", "reweight", "conv"), ("per_example", "bookkeeping", "mlp")]
 INPUTS = {"conv": (models.conv_model, [B, 6, 6, 2]), "mlp": (models.mlp_model, [B, 7])}
 

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from tfpriv.errors import ConfigError
 from tfpriv.privacy import rules
 from tfpriv.privacy.pfor_rules import vectorized_conv_filter_gradients
 from tfpriv.privacy.rules.base import mask_rows
@@ -28,9 +29,13 @@ from tfpriv.privacy.terms import BatchLayout
 
 
 def variables_dtype(variables: Sequence[tf.Variable]) -> tf.DType:
-    """The one dtype of `variables` (`DPGradientEngine` checks that they have one), in which the engine computes
-    norms, clip factors and sums; a Keras 3 variable names its dtype as a string."""
-    return tf.as_dtype(variables[0].dtype).base_dtype
+    """The one dtype of `variables`, float32 or float64, in which the engine computes norms, clip factors,
+    sums and noise (a Keras 3 variable names its dtype as a string); ConfigError naming `variables` else."""
+    dtypes = sorted({tf.as_dtype(v.dtype).base_dtype.name for v in variables})
+    if len(dtypes) != 1 or dtypes[0] not in ("float32", "float64"):
+        raise ConfigError(f"DP engine: the trainable variables must all be float32 or all float64; "
+                          f"found {', '.join(dtypes) or 'none'}", param="variables")
+    return tf.as_dtype(dtypes[0])
 
 
 def _zeros_if_none(grads, like):

@@ -36,7 +36,7 @@ import tensorflow as tf
 from tfpriv.compat import converted
 from tfpriv.errors import ConfigError
 from tfpriv.privacy import pfor_rules, rules
-from tfpriv.privacy.clipping import FastPass, VectorizedPass, jacobian
+from tfpriv.privacy.clipping import FastPass, VectorizedPass, jacobian, variables_dtype
 from tfpriv.privacy.config import DPConfig, SINGLETON_PARTITIONS
 from tfpriv.privacy.per_example import chunk_size, clipped_sums_by_chunk, per_example_pass
 from tfpriv.privacy.rng import StreamGenerator, in_step, stream_generator
@@ -185,11 +185,7 @@ class DPGradientEngine:
             v for r in roots for v in r.trainable_variables]
         if not self.variables:
             raise ConfigError("DP engine: the model has no trainable variables (build it before compiling)")
-        dtypes = sorted({tf.as_dtype(v.dtype).base_dtype.name for v in self.variables})
-        if len(dtypes) > 1 or dtypes[0] not in ("float32", "float64"):
-            # Norms, clip factors, sums and noise are computed in the variables' dtype (`variables_dtype`).
-            raise ConfigError(f"DP engine: the trainable variables must all be float32 or all float64; "
-                              f"found {', '.join(dtypes)}", param="variables")
+        variables_dtype(self.variables)  # one dtype, float32 or float64, or ConfigError naming `variables`
         self.batch_terms = config.batch_terms_active(spec.has_batch_terms)
         self._refuse_split_batch_terms(tf.distribute.get_strategy().num_replicas_in_sync)
         # Validates the mode against the terms now (e.g. micro + batch term needs max_batch_size).

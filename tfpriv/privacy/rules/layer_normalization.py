@@ -28,12 +28,11 @@ class AffineNormalizationRule(PerExampleRule):
     def per_example(self, tap, grad, batch_size, original_call):
         layer = tap.layer
         normalised, outside = self.normalised(tap, tf.cast(tap.inputs, grad.dtype))
-        g = grad
         out = []
         if layer.scale:
-            out.append(per_example_sums(tf.reduce_sum(g * normalised, axis=outside), batch_size))
+            out.append(per_example_sums(tf.reduce_sum(grad * normalised, axis=outside), batch_size))
         if layer.center:
-            out.append(per_example_sums(tf.reduce_sum(g, axis=outside), batch_size))
+            out.append(per_example_sums(tf.reduce_sum(grad, axis=outside), batch_size))
         return out
 
 
