@@ -14,7 +14,10 @@ same 16 partitions, the other rows with the one over the whole batch (as micro a
 Memory: the peak bytes held by TensorFlow's CPU allocator during one train step
 (`tf.config.experimental.get_memory_info` after `reset_memory_stats`, minus what was held
 before the step), i.e. the step's tensors; Python objects and the model's variables are not
-counted. Reported per row as the ratio to the non-private step's peak.
+counted. Reported per row as the ratio to the non-private step's peak. Only the BFC allocator keeps
+these counts (TensorFlow's CPU default where oneDNN is on, e.g. Intel CPUs with AVX-512; elsewhere
+`get_memory_info` fails), so the benchmark sets TF_CPU_ALLOCATOR_USE_BFC=1 unless the caller set it:
+both sides of every ratio run on the same allocator.
 
 Sections (`--only`):
   mlp_vae          784-512-256-(2x10) / 10-256-512-784, sparse prior, Cauchy-MMD batch term (b=16)
@@ -45,6 +48,7 @@ import time
 from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")  # memory counts on every CPU (docstring, Memory)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
@@ -390,11 +394,21 @@ def plot_scaling(records: list[dict], path: str) -> None:
 
 
 # -- main --------------------------------------------------------------------------------------------
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; else what `platform` knows): timings differ across CPUs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
 def _header() -> dict:
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "tensorflow": tf.__version__,
+    return {"cpus": os.cpu_count(), "cpu": _cpu_model(), "platform": platform.platform(), "tensorflow": tf.__version__,
             "command": "python bench/throughput.py " + " ".join(sys.argv[1:]),
             "memory": "peak bytes of TensorFlow's CPU allocator during one train step (get_memory_info), "
-                      "beyond what it held before the step"}
+                      "beyond what it held before the step; TF_CPU_ALLOCATOR_USE_BFC="
+                      + os.environ["TF_CPU_ALLOCATOR_USE_BFC"]}
 
 
 def main(argv):

@@ -19,6 +19,7 @@ def test_quick_run_writes_ratios_with_iqr_load_and_memory(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["command"].startswith("python bench/throughput.py --quick")
+    assert record["memory"].endswith("TF_CPU_ALLOCATOR_USE_BFC=1")  # counts kept on CPUs without oneDNN too
     (section,) = record["sections"]
     assert section["section"] == "mlp_vae" and section["rounds"] == 2
     assert all(section[k] >= 0 for k in ("load_average_start", "load_average_end"))

@@ -35,9 +35,24 @@ CASES = {
 }
 
 
+def _dilated_backprop_runs() -> bool:
+    """TensorFlow's CPU kernels differentiate a raw dilated convolution only with oneDNN (on by default on
+    Intel CPUs with AVX-512, off e.g. on AMD EPYC); Keras' dilated layers never emit one (they use
+    space-to-batch), so elsewhere there is nothing to vectorize."""
+    try:
+        tf.raw_ops.Conv2DBackpropFilter(input=tf.ones([1, 5, 5, 1]), filter_sizes=[3, 3, 1, 1],
+                                        out_backprop=tf.ones([1, 5, 5, 1]), strides=[1, 1, 1, 1], padding="SAME",
+                                        dilations=[1, 2, 2, 1])
+        return True
+    except tf.errors.InvalidArgumentError:
+        return False
+
+
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_vectorized_filter_gradients_equal_the_loop(case, caplog):
     x_shape, k_shape, kwargs = CASES[case]
+    if kwargs.get("dilations", 1) > 1 and not _dilated_backprop_runs():
+        pytest.skip("this CPU's TensorFlow kernels cannot differentiate a raw dilated convolution (no oneDNN)")
     rng = np.random.default_rng(0)
     xs = tf.constant(rng.normal(size=[4, *x_shape[1:]]), tf.float32)
     kernel = tf.constant(rng.normal(size=k_shape) * 0.3, tf.float32)
@@ -45,7 +60,8 @@ def test_vectorized_filter_gradients_equal_the_loop(case, caplog):
     with vectorized_conv_filter_gradients():
         got = tf.function(lambda: tf.vectorized_map(lambda x: _filter_grad(x, kernel, kwargs), xs,
                                                     fallback_to_while_loop=False))()
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+    # float32 round-off of sums over positions and channels: relative to the largest entry (up to ~40)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
     assert WHILE_LOOP not in caplog.text
 
 
