@@ -2,8 +2,9 @@
 continues the sequence instead of replaying it."""
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from tfpriv.data.sampling import make_dataset, new_sampling_seed
+from tfpriv.data.sampling import first_rows, make_dataset, new_sampling_seed
 from tfpriv.errors import ConfigError
 
 X = np.arange(50, dtype=np.float32)[:, None]
@@ -77,3 +78,18 @@ def test_a_poisson_batch_is_the_examples_whose_uniform_keyed_by_seed_and_step_is
     counts = np.bincount(np.concatenate(batches), minlength=200)
     assert counts.mean() == pytest.approx(400 * q, rel=0.02)
     assert counts.var() == pytest.approx(400 * q * (1 - q), rel=0.3)
+
+
+@pytest.mark.parametrize("arrays", [np.zeros([30, 3], np.float32),
+                                    (np.zeros([30, 2, 2], np.float64), np.arange(30, dtype=np.int32)),
+                                    [np.zeros([30, 4], np.float32), np.ones([30], bool)]], ids=["array", "tuple", "list"])
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_first_rows_are_shaped_as_the_datasets_batches(arrays, sampling):
+    """What `fit_private` prepares a model on: the batches' structure, trailing shapes and dtypes, one row."""
+    ds, _, _ = make_dataset(arrays, 10, sampling, 0)
+    rows = first_rows(arrays)
+    tf.nest.assert_same_structure(rows, ds.element_spec)
+    for row, spec in zip(tf.nest.flatten(rows), tf.nest.flatten(ds.element_spec)):
+        assert row.shape[0] == 1 and row.shape[1:] == spec.shape[1:] and row.dtype == spec.dtype
+    pack = lambda *b: {"x": b[0]}  # noqa: E731
+    assert list(first_rows(arrays, pack)) == ["x"]

@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 import tensorflow as tf
 
 from tfpriv.compat import keras
-from tfpriv.data.sampling import (default_max_batch_size, make_dataset, new_sampling_seed, sampled_by,
+from tfpriv.data.sampling import (default_max_batch_size, first_rows, make_dataset, new_sampling_seed, sampled_by,
                                   sampling_rate_and_steps)
 from tfpriv.errors import ConfigError
 from tfpriv.files import write_json
@@ -427,8 +427,7 @@ def fit_private(model: DPModel, arrays, plan: PrivacyPlan,
     optimizers = tuple(optimizer) if isinstance(optimizer, (tuple, list)) else (optimizer,)
     model.compile(*optimizers, dp=plan.config, num_examples=plan.num_examples, delta=plan.delta,
                   max_epsilon=plan.max_epsilon, accountant=plan.accountant.name)
-    probe, _, _ = make_dataset(arrays, plan.batch_size, plan.sampling, 0)
-    engine = model.prepare(next(iter(probe)))
+    engine = model.prepare(first_rows(arrays))
     state = RunState(new_sampling_seed() if seed is None else seed)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, ledger=model.ledger,
                                      noise=engine.generator, loss_rng=model.rng, step_count=model.step_count,
