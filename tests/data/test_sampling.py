@@ -91,5 +91,3 @@ def test_first_rows_are_shaped_as_the_datasets_batches(arrays, sampling):
     tf.nest.assert_same_structure(rows, ds.element_spec)
     for row, spec in zip(tf.nest.flatten(rows), tf.nest.flatten(ds.element_spec)):
         assert row.shape[0] == 1 and row.shape[1:] == spec.shape[1:] and row.dtype == spec.dtype
-    pack = lambda *b: {"x": b[0]}  # noqa: E731
-    assert list(first_rows(arrays, pack)) == ["x"]

@@ -208,11 +208,10 @@ def shuffle_steps_per_epoch(num_examples: int, batch_size: int) -> int:
     return max(1, (num_examples - 1) // batch_size)
 
 
-def first_rows(arrays, pack: Callable | None = None):
-    """A batch of `arrays`' first row, packed as `make_dataset`'s batches are (structure, trailing shapes
-    and dtypes): what `DPModel.prepare` reads, without copying the arrays or building a pipeline."""
-    parts = tuple(tf.convert_to_tensor(p[:1]) for p in _as_tuple(arrays))
-    return (pack or (lambda *b: _unwrap(arrays, b)))(*parts)
+def first_rows(arrays):
+    """A batch of `arrays`' first row with the structure, trailing shapes and dtypes of `make_dataset`'s
+    batches: what `DPModel.prepare` reads, without copying the arrays or building a pipeline."""
+    return _unwrap(arrays, tuple(tf.convert_to_tensor(p[:1]) for p in _as_tuple(arrays)))
 
 
 def sampling_rate_and_steps(num_examples: int, batch_size: int, sampling: str) -> tuple[float, int]:
