@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tests.privacy import models
-from tfpriv.privacy.clipping import _balanced, _direct_sq_norms, _ghost_pays, _ghost_sq_norms
+from tfpriv.privacy.clipping import _balanced, _direct_sq_norms, _ghost_pays, _ghost_sq_norms, _group_outer
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rules.conv import ConvRule
@@ -18,6 +18,17 @@ def test_ghost_and_direct_norms_equal_the_naive_norm():
     want = [np.sum(np.einsum("ri,rj->ij", u[g], v[g]) ** 2) for g in range(3)]
     np.testing.assert_allclose(_direct_sq_norms(u, v).numpy(), want, rtol=1e-5)
     np.testing.assert_allclose(_ghost_sq_norms(*_balanced(u, v)).numpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("du, dv", [(7, 4), (4, 7), (5, 5)])
+def test_group_outer_is_each_groups_naive_outer_in_the_orientation_it_says(du, dv):
+    """The product transposes the factor with fewer columns: [G, dv, du] exactly when dv < du."""
+    rng = np.random.default_rng(1)
+    u, v = rng.normal(size=[3, 6, du]).astype(np.float32), rng.normal(size=[3, 6, dv]).astype(np.float32)
+    outer = _group_outer(u, v)
+    assert outer.transposed == (dv < du)
+    got = np.swapaxes(outer.values.numpy(), 1, 2) if outer.transposed else outer.values.numpy()
+    np.testing.assert_allclose(got, [np.einsum("ri,rj->ij", u[g], v[g]) for g in range(3)], rtol=1e-5, atol=1e-6)
 
 
 def test_ghost_is_chosen_for_one_row_and_for_wide_layers_only():
