@@ -341,9 +341,12 @@ class DPGradientEngine:
         logs["dropped"] = dropped
         return grads, logs
 
-    def _forward(self, loss_fn, inputs, layout, watch=()):
-        """One recorded forward pass: (persistent tape, terms, phi [B], psi [P] or None)."""
-        with tf.GradientTape(persistent=True) as tape:
+    def _forward(self, loss_fn, inputs, layout, watch=(), persistent=True):
+        """One recorded forward pass: (tape, terms, phi [B], psi [P] or None); the tape is persistent unless
+        the caller takes one gradient from it (`persistent=False`): under a persistent tape TensorFlow
+        builds each while loop's (a recurrent rule's `tf.scan`) forward and backward functions for
+        higher-order gradients while tracing (0.5 s of an LSTM's first private fit)."""
+        with tf.GradientTape(persistent=persistent) as tape:
             tape.watch(list(watch))
             if self.recorder is not None:
                 with self.recorder.recording():
@@ -360,7 +363,9 @@ class DPGradientEngine:
         if self.per_example:
             p, terms = self._per_example_pass(loss_fn, inputs, layout, batch_size)
             return self._isolated_if_contaminated(p, loss_fn, inputs, layout, batch_size), terms
-        tape, terms, phi, psi = self._forward(loss_fn, inputs, layout)
+        # The fast path with sample-wise terms only and book-keeping sums differentiates once (`FastPass`).
+        once = self.recorder is not None and not self.batch_terms and cfg.clipped_sum == "bookkeeping"
+        tape, terms, phi, psi = self._forward(loss_fn, inputs, layout, persistent=not once)
         if self.recorder is not None:
             b = cfg.partitions_for_batch_terms
             rows = 1.0 if b == SINGLETON_PARTITIONS else cfg.expected_batch_size / b
