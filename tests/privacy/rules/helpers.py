@@ -28,8 +28,9 @@ def check_rule(layer: keras.layers.Layer, x: np.ndarray, rule_name: str, clip: f
 
 
 def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], clip: float = 0.5,
-                batch_terms: bool = False) -> None:
-    """`check_rule` for a whole model: rule_names maps layer names to the rules they must get."""
+                batch_terms: bool = False, traced: bool = False) -> None:
+    """`check_rule` for a whole model: rule_names maps layer names to the rules they must get. `traced`: the
+    engine's sums inside one `tf.function`, as a training step runs them (rules may run differently eagerly)."""
     dtype = tf.int32 if np.issubdtype(np.asarray(x).dtype, np.integer) else tf.float32
 
     def loss_fn(inputs, layout: BatchLayout):
@@ -51,7 +52,7 @@ def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], c
         engine = DPGradientEngine(config, model, WITH_BATCH if batch_terms else SPEC)
         recorder = engine.recorder
         assert {layer.name: recorder.rules[id(layer)].name for layer in recorder.layers} == rule_names
-        out = engine.clipped_sums(loss_fn, x)
+        out = _clipped_sums(engine, loss_fn, x, traced)
         if not naive:
             naive["phi"] = ref.per_example_sample_grads(loss_fn, x, engine.variables)
             if batch_terms:
@@ -69,6 +70,13 @@ def check_model(model: keras.Model, x: np.ndarray, rule_names: dict[str, str], c
         if not batch_terms:
             want = np.sum([ref.clip(g, clip) for g in grads], axis=0)
             np.testing.assert_allclose(ref.flat(out["sample"]), want, rtol=1e-4, atol=1e-6)
+
+
+def _clipped_sums(engine: DPGradientEngine, loss_fn, x: tf.Tensor, traced: bool) -> dict:
+    if not traced:
+        return engine.clipped_sums(loss_fn, x)
+    keys = ("sample", "batch", "sample_sq_norms", "micro_sq_norms")
+    return tf.function(lambda: {k: v for k, v in engine.clipped_sums(loss_fn, x).items() if k in keys})()
 
 
 def check_termwise(variables, model, loss_fn, x: tf.Tensor, clip: float, clipped_sum: str, naive: dict) -> None:

@@ -1,7 +1,9 @@
 """LSTMRule and GRURule: the rule's forward equals Keras' call, and norms and clipped sums equal the naive
 loop (return_sequences, go_backwards, both GRU variants, a mask from Embedding(mask_zero=True)), for Keras 2's
 layers and Keras 3's."""
+import gc
 import importlib
+import weakref
 
 import numpy as np
 import pytest
@@ -45,6 +47,15 @@ def test_recurrent_layer_after_embedding_with_mask_zero(kind, variant):
     check_model(model, IDS, {"emb": "embedding", layer.name: kind.removesuffix("_reset_before")})
 
 
+@pytest.mark.parametrize("kind", LAYERS)
+def test_traced_recurrence_equals_the_naive_loop(kind):
+    """Traced (a training step), the recurrence is a `tf.scan`; eagerly (the tests above), a loop of traced steps."""
+    keras.utils.set_random_seed(0)
+    layer = LAYERS[kind](3, go_backwards=True, return_sequences=True)
+    model = keras.Sequential([L.Input([5], dtype=tf.int32), L.Embedding(5, 2, mask_zero=True, name="emb"), layer])
+    check_model(model, IDS, {"emb": "embedding", layer.name: kind.removesuffix("_reset_before")}, traced=True)
+
+
 @pytest.mark.parametrize("kwargs", FORWARD_KWARGS.values(), ids=FORWARD_KWARGS.keys())
 @pytest.mark.parametrize("kind", LAYERS)
 def test_forward_equals_keras_call(kind, kwargs):
@@ -56,9 +67,10 @@ def test_forward_equals_keras_call(kind, kwargs):
     # The initial state as a call argument, or with the inputs (as Keras passes a functional model's).
     for call_kwargs, inputs in (({"mask": mask}, x), ({"initial_state": initial}, x), ({}, [x, *initial])):
         want = layer(x, **call_kwargs) if inputs is x else layer(x, initial_state=initial)
-        got = rule.forward(layer, layer.call, inputs, call_kwargs)[0]
-        for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
-            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+        forward = lambda: rule.forward(layer, layer.call, inputs, call_kwargs)[0]  # noqa: E731
+        for got in (forward(), tf.function(forward)()):  # eagerly (a loop of traced steps) and traced (tf.scan)
+            for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_unsupported_variants_take_the_per_layer_fallback():
@@ -140,10 +152,11 @@ def test_keras3_forward_equals_keras_call(kind, kwargs):
     rule = rule_for(layer)
     for call_kwargs in ({"mask": mask}, {"initial_state": initial}, {"mask": mask, "initial_state": initial}):
         want = layer(x, **call_kwargs)
-        got = rule.forward(layer, layer.call, x, call_kwargs)[0]
-        assert type(got) is type(want)  # return_state: a tuple, as Keras 3's
-        for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        forward = lambda: rule.forward(layer, layer.call, x, call_kwargs)[0]  # noqa: E731
+        for got in (forward(), tf.function(forward)()):  # eagerly and traced
+            assert type(got) is type(want)  # return_state: a tuple, as Keras 3's
+            for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
 def test_keras3_unsupported_variants_take_the_per_layer_fallback(monkeypatch):
@@ -159,3 +172,17 @@ def test_keras3_unsupported_variants_take_the_per_layer_fallback(monkeypatch):
     assert rule_for(kl.LSTM(2)).name == rule_for(kl.GRU(2)).name == "per_layer"
     assert rule_for(kl.LSTM(2, use_cudnn=False)).name == "lstm"
     assert rule_for(kl.GRU(2, reset_after=False)).name == "gru"  # not cuDNN-compatible: Keras runs backend.rnn
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_an_eager_forward_keeps_no_layer_alive(kind):
+    """The traced step kept for an eager forward lives as long as its layer and does not keep it alive."""
+    layer = LAYERS[kind](2)
+    layer(tf.ones([2, 3, 2]))  # built
+    rule = rule_for(layer)
+    rule.forward(layer, layer.call, tf.ones([2, 3, 2]), {})
+    assert layer in rule._traced
+    alive = weakref.ref(layer)
+    del layer
+    gc.collect()
+    assert alive() is None
