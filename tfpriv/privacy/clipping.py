@@ -111,8 +111,8 @@ def _group_outer(u: tf.Tensor, v: tf.Tensor) -> GroupOuter:
     """sum_r u_r ⊗ v_r per group: the instantiated kernel gradient of each group.
 
     The batched product takes the factor with fewer columns as its transposed operand (TensorFlow's CPU
-    kernel transposes that operand of every group first): [G, dv, du] when dv < du, 1.2–2.6x faster at
-    the shapes of the bench models' conv and Dense layers (experiments/throughput/README.md).
+    kernel transposes that operand of every group first): [G, dv, du] when dv < du, 1.1–2.5x faster at
+    the shapes of the bench models' conv and Dense layers (experiments/throughput/outer_orientation.py).
     Needs no balancing: each entry is a sum of products u_ri v_rj, which overflows only when
     the gradient itself does, and a zero factor gives an exact 0 unless the other is NaN/inf.
     """
