@@ -125,15 +125,18 @@ class PrivateTraining(DPTraining):
         saving, e.g. ModelCheckpoint, finds it built) and warns in one line when a probability loss
         gets logits (`logits_warning`): no record decides whether the line is printed."""
         kind = probability_loss(self.per_example_loss)
-        y_pred = self(_unpack(sample_batch)[0], training=False)
-        line = logits_warning(kind, y_pred) if kind and isinstance(y_pred, tf.Tensor) else None
+        x, y = _unpack(sample_batch)
+        y_pred = self(x, training=False)
+        static = isinstance(y_pred, tf.Tensor)
+        line = logits_warning(kind, y_pred) if kind and static else None
         if line:
             print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
         compiled = self.compiled_metrics_container()
         if compiled is not None:
             # Built here, on the public batch: metric variables created inside the first traced step
-            # make tf.function trace the whole private step a second time.
-            compiled.update_state(*self._kept(sample_batch))
+            # make tf.function trace the whole private step a second time. Its ids and labels are all
+            # in range and its inputs finite, so every example is kept (`_kept`) and this forward serves.
+            compiled.update_state(self._class_labels(y, y_pred.shape if static else None)[0], y_pred)
             compiled.reset_state()
 
     def step_logs(self, logs: dict) -> dict:
