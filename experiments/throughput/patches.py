@@ -1,0 +1,72 @@
+"""Issue 52: image patches [R, H', W', 3*3*C] (a 3x3 stride-2 convolution's rows of U) four ways, beside the
+convolution itself, at the convnet's two inputs and a CIFAR-shaped one (median ms of a traced call, 30 calls,
+3 alternated repetitions; each result summed inside the call). All four give identical patches.
+
+    python experiments/throughput/patches.py
+"""
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+K, S = 3, 2
+
+
+def one_hot_conv(x):  # tfpriv.privacy.rules.conv.patches up to depth 64
+    depth = K * K * x.shape[-1]
+    return tf.nn.conv2d(x, tf.reshape(tf.eye(depth), [K, K, x.shape[-1], depth]), strides=S, padding="VALID")
+
+
+def extract(x):  # tfpriv.privacy.rules.conv.patches beyond depth 64
+    return tf.image.extract_patches(x, sizes=[1, K, K, 1], strides=[1, S, S, 1], rates=[1, 1, 1, 1], padding="VALID")
+
+
+def _out(x):
+    return (x.shape[1] - K) // S + 1, (x.shape[2] - K) // S + 1
+
+
+def strided_slices(x):
+    ho, wo = _out(x)
+    parts = [x[:, i:i + S * (ho - 1) + 1:S, j:j + S * (wo - 1) + 1:S] for i in range(K) for j in range(K)]
+    return tf.reshape(tf.stack(parts, axis=-2), [-1, ho, wo, K * K * x.shape[-1]])
+
+
+def separable_slices(x):  # rows, then columns
+    ho, wo = _out(x)
+    rows = tf.stack([x[:, i:i + S * (ho - 1) + 1:S] for i in range(K)], axis=2)
+    cols = tf.stack([rows[:, :, :, j:j + S * (wo - 1) + 1:S] for j in range(K)], axis=4)
+    return tf.reshape(tf.transpose(cols, [0, 1, 3, 2, 4, 5]), [-1, ho, wo, K * K * x.shape[-1]])
+
+
+def median_ms(fn, calls: int = 30) -> float:
+    fn()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def main() -> None:
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    for shape, filters in (([256, 28, 28, 1], 16), ([256, 13, 13, 16], 32), ([256, 32, 32, 3], 32)):
+        x, w = tf.random.normal(shape), tf.random.normal([K, K, shape[-1], filters])
+        ways = {"one-hot conv": one_hot_conv, "extract_patches": extract, "strided slices": strided_slices,
+                "separable slices": separable_slices}
+        reference = extract(x).numpy()
+        assert all(np.array_equal(tf.function(f)(x).numpy(), reference) for f in ways.values())
+        calls = {n: tf.function(lambda f=f: tf.reduce_sum(f(x))) for n, f in ways.items()}
+        calls["the convolution"] = tf.function(lambda: tf.reduce_sum(tf.nn.conv2d(x, w, strides=S, padding="VALID")))
+        times = {n: [] for n in calls}
+        for _ in range(3):
+            for n, call in calls.items():
+                times[n].append(median_ms(call))
+        print(shape, ", ".join(f"{n} {np.median(t):.2f}" for n, t in times.items()))
+
+
+if __name__ == "__main__":
+    main()
