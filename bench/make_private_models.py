@@ -9,18 +9,20 @@ C = 1, z = 1, Poisson batches of expected size B; one compiled as it is) and eac
 take turns for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of
 the per-round ratio private / non-private (higher is better), with the 1-minute load average at
 its start and end, and the seconds of each side's first fit (tracing, and for the private side the
-engine's check of its clipping path) with their ratio `first_fit_ratio` (private / non-private). Each side's
-first fit is timed in a fresh process of its own (`--first_fit_of`), as a user's script meets it: in the
-process of the rounds the side that fits first pays the process's one-time costs (TensorFlow's first
-trace and graph optimisation, Keras' first `fit`), which `first_fit_seconds_in_process` (the private side
-first, after the models before it) still shows. The reference is `bench/opacus_models.py` (the same models in PyTorch with
+engine's check of its clipping path) with their ratio `first_fit_ratio` (private / non-private). Each
+side's first fit is timed in a fresh process of its own (`--first_fit_of`), as a user's script meets
+it, the sides taking turns, in alternating order, for `--first_fit_rounds` rounds (medians of the
+seconds and of the per-round ratios). In the process of the rounds the side that fits first pays the
+process's one-time costs (TensorFlow's first trace and graph optimisation, Keras' first `fit`), which
+`first_fit_seconds_in_process` (the private side first, after the models before it) still shows.
+The reference is `bench/opacus_models.py` (the same models in PyTorch with
 Opacus, same B and shapes).
 
 The builders take the Keras module as an argument: `--keras=3` builds every model in Keras 3
 (`import keras`, which `make_private` returns as a Keras 3 model).
 
     python bench/make_private_models.py [--batch_size=256] [--steps=2] [--rounds=3] [--only=convnet,lstm]
-        [--keras=2] [--threads=2] [--out=experiments/throughput/make_private_models.jsonl]
+        [--first_fit_rounds=5] [--keras=2] [--threads=2] [--out=experiments/throughput/make_private_models.jsonl]
     python bench/make_private_models.py --quick     # smoke test: tiny sizes, structure only
 """
 from __future__ import annotations
@@ -40,7 +42,7 @@ from absl import app, flags  # noqa: E402
 
 import tfpriv  # noqa: E402
 from bench.model_sizes import QUICK_SIZES, SIZES  # noqa: E402
-from bench.rounds import interleaved, load_average, print_row, summary  # noqa: E402
+from bench.rounds import interleaved, load_average, print_row, quantiles, summary  # noqa: E402
 from bench.user_models import MODELS, data  # noqa: E402
 from tfpriv.compat import keras as tf_keras  # noqa: E402
 
@@ -54,6 +56,7 @@ flags.DEFINE_bool("quick", False, "smoke test: tiny models and batches, one roun
 flags.DEFINE_enum("keras", "2", ["2", "3"], "the Keras the models are built in (2: tf_keras; 3: keras)")
 flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow's intra- and inter-op threads (as opacus_models.py)")
 
+flags.DEFINE_integer("first_fit_rounds", 5, "rounds of first fits, each side in a fresh process (1 with --quick)")
 flags.DEFINE_string("first_fit_of", None, "MODEL:SIDE (private or non-private): time that side's first fit "
                     "alone in this process, print it and exit (what the rounds' processes start)")
 
@@ -137,12 +140,15 @@ def main(argv):
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     for name in FLAGS.only or list(MODELS):
         start = load_average()
-        first = {side: first_fit_in_fresh_process(name, side) for side in SIDES}
+        orders = [SIDES if k % 2 == 0 else SIDES[::-1] for k in range(1 if FLAGS.quick else FLAGS.first_fit_rounds)]
+        first_rounds = [{side: first_fit_in_fresh_process(name, side) for side in order} for order in orders]
+        first = {side: quantiles([r[side] for r in first_rounds])["median"] for side in SIDES}
+        first_ratio = quantiles([r["private"] / r["non-private"] for r in first_rounds])["median"]
         runs, in_process = fits(name, s, b, steps, keras)
         rates = interleaved(runs, rounds)
         batch = README_BATCH if name == "readme_mlp" else b
         row = summary("tfpriv", name, rates["private"], rates["non-private"], **header, batch_size=batch,
-                      first_fit_seconds=first, first_fit_ratio=first["private"] / first["non-private"],
+                      first_fit_seconds=first, first_fit_ratio=first_ratio, first_fit_seconds_by_round=first_rounds,
                       first_fit_seconds_in_process=in_process,
                       load_average_start=start, load_average_end=load_average())
         print_row(row)

@@ -19,5 +19,6 @@ def test_quick_run_appends_one_row_per_model_with_ratio_iqr_and_load(tmp_path):
     assert row["load_average_start"] >= 0 and row["load_average_end"] >= 0
     assert row["first_fit_seconds"]["private"] > 0 and row["first_fit_seconds"]["non-private"] > 0
     assert row["first_fit_ratio"] == row["first_fit_seconds"]["private"] / row["first_fit_seconds"]["non-private"]
+    assert row["first_fit_seconds_by_round"] == [row["first_fit_seconds"]]  # --quick: one round of fresh processes
     assert row["first_fit_seconds_in_process"]["private"] > 0 and row["first_fit_seconds_in_process"]["non-private"] > 0
     assert "tfpriv: clipping auto: fast for " in proc.stderr
