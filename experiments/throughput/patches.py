@@ -5,12 +5,12 @@ convolution itself, at the convnet's two inputs and a CIFAR-shaped one (median m
     python experiments/throughput/patches.py
 """
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from outer_orientation import median_ms  # noqa: E402 (this folder's, run as a script)
 
 K, S = 3, 2
 
@@ -41,16 +41,6 @@ def separable_slices(x):  # rows, then columns
     return tf.reshape(tf.transpose(cols, [0, 1, 3, 2, 4, 5]), [-1, ho, wo, K * K * x.shape[-1]])
 
 
-def median_ms(fn, calls: int = 30) -> float:
-    fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
-
-
 def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}")
     for shape, filters in (([256, 28, 28, 1], 16), ([256, 13, 13, 16], 32), ([256, 32, 32, 3], 32)):
@@ -64,7 +54,7 @@ def main() -> None:
         times = {n: [] for n in calls}
         for _ in range(3):
             for n, call in calls.items():
-                times[n].append(median_ms(call))
+                times[n].append(median_ms(call, calls=30))
         print(shape, ", ".join(f"{n} {np.median(t):.2f}" for n, t in times.items()))
 
 
