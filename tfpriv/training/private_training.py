@@ -127,8 +127,8 @@ class PrivateTraining(DPTraining):
         kind = probability_loss(self.per_example_loss)
         x, y = _unpack(sample_batch)
         y_pred = self(x, training=False)
-        static = isinstance(y_pred, tf.Tensor)
-        line = logits_warning(kind, y_pred) if kind and static else None
+        one_tensor = isinstance(y_pred, tf.Tensor)  # not a dict or list of outputs
+        line = logits_warning(kind, y_pred) if kind and one_tensor else None
         if line:
             print(f"tfpriv: {line}", file=sys.stderr, flush=True)  # a log line, as the engine's clipping line
         compiled = self.compiled_metrics_container()
@@ -136,7 +136,7 @@ class PrivateTraining(DPTraining):
             # Built here, on the public batch: metric variables created inside the first traced step
             # make tf.function trace the whole private step a second time. Its ids and labels are all
             # in range and its inputs finite, so every example is kept (`_kept`) and this forward serves.
-            compiled.update_state(self._class_labels(y, y_pred.shape if static else None)[0], y_pred)
+            compiled.update_state(self._class_labels(y, y_pred.shape if one_tensor else None)[0], y_pred)
             compiled.reset_state()
 
     def step_logs(self, logs: dict) -> dict:
