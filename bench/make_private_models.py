@@ -3,26 +3,28 @@ models people write: a small convnet (MNIST-shaped), an Embedding -> LSTM (or GR
 2-block transformer encoder, and the README's MLP on the bundled digits (B = 64, fits of 10 epochs:
 the fixed cost of a step, which small models show).
 
-Each model is built twice from the same seed (one wrapped by `make_private`, clipping "auto", micro,
-C = 1, z = 1, Poisson batches of expected size B; one compiled as it is) and each side runs
-`fit(epochs=1)` over N = B * steps examples. After one untimed `fit` per side (tracing), the sides
-take turns for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of
-the per-round ratio private / non-private (higher is better), with the 1-minute load average at
-its start and end, and the seconds of each side's first fit (tracing, and for the private side the
-engine's check of its clipping path) with their ratio `first_fit_ratio` (private / non-private). Each
-side's first fit is timed in a fresh process of its own (`--first_fit_of`), as a user's script meets
-it, the sides taking turns, in alternating order, for `--first_fit_rounds` rounds (medians of the
-seconds and of the per-round ratios). In the process of the rounds the side that fits first pays the
+Each model is built twice from the same seed (one wrapped by `make_private`, clipping "auto", micro, C = 1,
+z = 1, Poisson batches of expected size B; one compiled as it is) and each side runs `fit(epochs=1)` over N
+= B * steps examples (20 steps by default: with 2, as before, Keras' own set-up of a `fit` call, its data
+handler and iterator, about 47 ms here, took as long as two convnet steps, and the rows timed that more than
+the steps). After one untimed `fit` per side (tracing), the sides take turns for `--rounds` rounds; a row
+reports the median and IQR over rounds of examples/s and of the per-round ratio private / non-private
+(higher is better), with the 1-minute load average at its start and end, and the seconds of each side's
+first fit (tracing, and for the private side the engine's check of its clipping path) with their ratio
+`first_fit_ratio` (private / non-private). Each side's first fit, an epoch of `--first_fit_steps` steps (2:
+its one-time costs, not the steps), is timed in a fresh process of its own (`--first_fit_of`), as a user's
+script meets it, the sides taking turns, in alternating order, for `--first_fit_rounds` rounds (medians of
+the seconds and of the per-round ratios). In the process of the rounds the side that fits first pays the
 process's one-time costs (TensorFlow's first trace and graph optimisation, Keras' first `fit`), which
-`first_fit_seconds_in_process` (the private side first, after the models before it) still shows.
-The reference is `bench/opacus_models.py` (the same models in PyTorch with
-Opacus, same B and shapes).
+`first_fit_seconds_in_process` (the private side first, after the models before it) still shows. The
+reference is `bench/opacus_models.py` (the same models in PyTorch with Opacus, same B and shapes).
 
 The builders take the Keras module as an argument: `--keras=3` builds every model in Keras 3
 (`import keras`, which `make_private` returns as a Keras 3 model).
 
-    python bench/make_private_models.py [--batch_size=256] [--steps=2] [--rounds=3] [--only=convnet,lstm]
-        [--first_fit_rounds=5] [--keras=2] [--threads=2] [--out=experiments/throughput/make_private_models.jsonl]
+    python bench/make_private_models.py [--batch_size=256] [--steps=20] [--rounds=3] [--only=convnet,lstm]
+        [--first_fit_rounds=5] [--first_fit_steps=2] [--keras=2] [--threads=2]
+        [--out=experiments/throughput/make_private_models.jsonl]
     python bench/make_private_models.py --quick     # smoke test: tiny sizes, structure only
 """
 from __future__ import annotations
@@ -48,7 +50,8 @@ from tfpriv.compat import keras as tf_keras  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 256, "B: expected (private) and fixed (non-private) batch size")
-flags.DEFINE_integer("steps", 2, "steps per timed fit (N = B * steps examples)")
+flags.DEFINE_integer("steps", 20, "steps per timed fit (N = B * steps examples)")
+flags.DEFINE_integer("first_fit_steps", 2, "steps of each fresh process's first fit (N = B * steps examples)")
 flags.DEFINE_integer("rounds", 3, "interleaved rounds")
 flags.DEFINE_list("only", [], "models to run (default: all of MODELS)")
 flags.DEFINE_string("out", "experiments/throughput/make_private_models.jsonl", "JSON lines appended here")
@@ -108,7 +111,7 @@ def fits(name: str, s: dict, b: int, steps: int, keras=tf_keras) -> tuple[dict, 
 
 def first_fit_in_fresh_process(name: str, side: str) -> float:
     """Seconds of `side`'s first fit of model `name` in a new process of this script (same flags)."""
-    flags_now = [f"--{f}={getattr(FLAGS, f)}" for f in ("batch_size", "steps", "keras", "threads", "quick")]
+    flags_now = [f"--{f}={getattr(FLAGS, f)}" for f in ("batch_size", "first_fit_steps", "keras", "threads", "quick")]
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), f"--first_fit_of={name}:{side}", *flags_now],
                           capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(FIRST_FIT)]
@@ -119,9 +122,9 @@ def first_fit_in_fresh_process(name: str, side: str) -> float:
 
 def main(argv):
     del argv
-    s, b, steps, rounds = SIZES, FLAGS.batch_size, FLAGS.steps, FLAGS.rounds
+    s, b, steps, first_steps, rounds = SIZES, FLAGS.batch_size, FLAGS.steps, FLAGS.first_fit_steps, FLAGS.rounds
     if FLAGS.quick:
-        s, b, steps, rounds = QUICK_SIZES, 8, 1, 1
+        s, b, steps, first_steps, rounds = QUICK_SIZES, 8, 1, 1, 1
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     keras = tf_keras
@@ -129,14 +132,14 @@ def main(argv):
         import keras  # noqa: F811 (Keras 3 on TensorFlow's backend)
     if FLAGS.first_fit_of:
         name, side = FLAGS.first_fit_of.split(":")
-        run = side_run(name, side, s, b, steps, keras)
+        run = side_run(name, side, s, b, first_steps, keras)
         start = time.perf_counter()
         run()
         print(FIRST_FIT, time.perf_counter() - start, flush=True)
         return
     header = {"command": "python bench/make_private_models.py " + " ".join(sys.argv[1:]),
               "tensorflow": tf.__version__, "keras": keras.__version__, "cpus": os.cpu_count(), "threads": FLAGS.threads,
-              "steps": steps, "sizes": s}
+              "steps": steps, "first_fit_steps": first_steps, "sizes": s}
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     for name in FLAGS.only or list(MODELS):
         start = load_average()

@@ -6,7 +6,7 @@ Runs in its own environment (`requirements-bench.txt`: CPU torch and opacus, nev
 TensorFlow environments). `nn.LSTM` and `nn.MultiheadAttention` become Opacus' `DPLSTM` and
 `DPMultiheadAttention` through `ModuleValidator.fix`, as an Opacus user would do.
 
-    /work/envs/bench/bin/python bench/opacus_models.py [--batch_size=256] [--steps=2] [--rounds=3]
+    /work/envs/bench/bin/python bench/opacus_models.py [--batch_size=256] [--steps=20] [--rounds=3]
         [--only=convnet,lstm] [--threads=2] [--out=experiments/throughput/make_private_models.jsonl]
 """
 from __future__ import annotations
@@ -143,7 +143,7 @@ def fits(name: str, s: dict, b: int, steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="")
     parser.add_argument("--out", default="experiments/throughput/make_private_models.jsonl")

@@ -14,6 +14,7 @@ def test_quick_run_appends_one_row_per_model_with_ratio_iqr_and_load(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert (row["framework"], row["model"], row["rounds"], row["batch_size"]) == ("tfpriv", "convnet", 1, 8)
+    assert (row["steps"], row["first_fit_steps"]) == (1, 1)  # --quick: one step a fit, timed or first
     for key in ("private_examples_per_s", "nonprivate_examples_per_s", "ratio"):
         assert 0 < row[key]["q1"] <= row[key]["median"] <= row[key]["q3"]
     assert row["load_average_start"] >= 0 and row["load_average_end"] >= 0
