@@ -29,7 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import converted, keras
-from tfpriv.data.sampling import default_max_batch_size, make_dataset, new_sampling_seed, packer, sampled_by
+from tfpriv.data.sampling import (default_max_batch_size, first_rows, make_dataset, new_sampling_seed, packer,
+                                  sampled_by)
 from tfpriv.errors import ConfigError
 from tfpriv.privacy.accounting import DECLARED_POISSON, FIXED, POISSON, SHUFFLE, PrivacyLedger, get_accountant
 from tfpriv.privacy.config import DPConfig
@@ -239,7 +240,7 @@ class DPTraining:
         is added to every epoch's logs (progress bar and History) and `max_epsilon` stops training.
         """
         private = self.dp_config is not None and self.dp_config.private
-        tag = None
+        tag = first = None
         if private:
             x, y, kwargs = self._private_fit_arguments(x, y, kwargs)
         if private and _is_arrays(x):
@@ -261,14 +262,15 @@ class DPTraining:
                                           f"num_examples={self.num_examples}")
             seed = new_sampling_seed() if seed is None else seed
             start = int(self.step_count.numpy()) if self.step_count is not None else 0
+            if self.engine is None:  # prepared on the arrays' first row, not on a batch drawn from a new iterator
+                first = packer(structure)(*tf.nest.flatten(first_rows(flat)))
             x, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
                                            seed, start, pack=packer(structure))
             tag = sampled_by(x)
             y, steps_per_epoch = None, steps_per_epoch or per_epoch
         if isinstance(x, tf.data.Dataset):  # used as given (Keras 3 warns that it ignores shuffle=True)
             kwargs.setdefault("shuffle", False)
-        first = None
-        if self.engine is None or (private and tag is None and sampled_by(x) is None):
+        if first is None and (self.engine is None or (private and tag is None and sampled_by(x) is None)):
             x, first = _peek(x, y)
         if self.engine is None:
             self.prepare(first)
