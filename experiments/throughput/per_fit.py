@@ -21,20 +21,11 @@ from absl import flags  # noqa: E402
 
 from bench import make_private_models as bench  # noqa: E402
 from bench.rounds import load_average  # noqa: E402
+from outer_orientation import median_ms  # noqa: E402 (this folder's, run as a script)
 from tfpriv.compat import keras  # noqa: E402
 from tfpriv.data import sampling  # noqa: E402
 
 B, LENGTHS, ROUNDS = 256, (2, 20), 5
-
-
-def median_ms(run, rounds: int = 15) -> float:
-    run()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def main() -> None:
@@ -62,8 +53,9 @@ def main() -> None:
     x = np.random.default_rng(0).random((2 * B, 28, 28, 1), dtype=np.float32)
     y = np.random.default_rng(1).integers(0, 10, 2 * B)
     dataset = sampling.make_dataset((x, y), B, "poisson", 0)[0]
-    print(f"tfpriv Poisson pipeline: build {median_ms(lambda: sampling.make_dataset((x, y), B, 'poisson', 0)):.1f} ms, "
-          f"iterator {median_ms(lambda: iter(dataset)):.1f} ms")
+    build = median_ms(lambda: sampling.make_dataset((x, y), B, "poisson", 0), calls=15)
+    first_iterator = median_ms(lambda: iter(dataset), calls=15)
+    print(f"tfpriv Poisson pipeline: build {build:.1f} ms, iterator {first_iterator:.1f} ms")
     from tf_keras.src.engine import data_adapter
     model = keras.Sequential([keras.Input([28, 28, 1]), keras.layers.Flatten(), keras.layers.Dense(10)])
     model.compile("sgd", "mse")
@@ -72,7 +64,7 @@ def main() -> None:
         handler = data_adapter.get_data_handler(x=x, y=y, batch_size=B, epochs=1, shuffle=False, model=model,
                                                 steps_per_execution=model._steps_per_execution)
         next(iter(handler.enumerate_epochs()))
-    print(f"Keras data handler and its first iterator: {median_ms(keras_handler):.1f} ms")
+    print(f"Keras data handler and its first iterator: {median_ms(keras_handler, calls=15):.1f} ms")
     print(f"load average {load_average()}")
 
 
