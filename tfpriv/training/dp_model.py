@@ -263,7 +263,7 @@ class DPTraining:
             seed = new_sampling_seed() if seed is None else seed
             start = int(self.step_count.numpy()) if self.step_count is not None else 0
             if self.engine is None:  # prepared on the arrays' first row, not on a batch drawn from a new iterator
-                first = packer(structure)(*tf.nest.flatten(first_rows(flat)))
+                first = packer(structure)(*first_rows(flat))
             x, _, per_epoch = make_dataset(flat, int(round(self.dp_config.expected_batch_size)), "poisson",
                                            seed, start, pack=packer(structure))
             tag = sampled_by(x)
