@@ -91,3 +91,12 @@ def test_first_rows_are_shaped_as_the_datasets_batches(arrays, sampling):
     tf.nest.assert_same_structure(rows, ds.element_spec)
     for row, spec in zip(tf.nest.flatten(rows), tf.nest.flatten(ds.element_spec)):
         assert row.shape[0] == 1 and row.shape[1:] == spec.shape[1:] and row.dtype == spec.dtype
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_the_pipelines_run_without_the_autotuner(sampling):
+    """Nothing in them is AUTOTUNE, and the autotuner's sleeping thread held up the end of every `fit` until
+    its sleep ended (an iterator is destroyed only then): a 5.3 s fit returned at 10.2 s."""
+    ds, _, _ = make_dataset(X, 10, sampling, 0)
+    assert ds.options().autotune.enabled is False
+    assert ds.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.DATA
