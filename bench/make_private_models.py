@@ -3,21 +3,22 @@ models people write: a small convnet (MNIST-shaped), an Embedding -> LSTM (or GR
 2-block transformer encoder, and the README's MLP on the bundled digits (B = 64, fits of 10 epochs:
 the fixed cost of a step, which small models show).
 
-Each model is built twice from the same seed (one wrapped by `make_private`, clipping "auto", micro, C = 1,
-z = 1, Poisson batches of expected size B; one compiled as it is) and each side runs `fit(epochs=1)` over N
-= B * steps examples (20 steps by default: with 2, as before, Keras' own set-up of a `fit` call, its data
-handler and iterator, about 47 ms here, took as long as two convnet steps, and the rows timed that more than
-the steps). After one untimed `fit` per side (tracing), the sides take turns for `--rounds` rounds; a row
-reports the median and IQR over rounds of examples/s and of the per-round ratio private / non-private
-(higher is better), with the 1-minute load average at its start and end, and the seconds of each side's
-first fit (tracing, and for the private side the engine's check of its clipping path) with their ratio
-`first_fit_ratio` (private / non-private). Each side's first fit, an epoch of `--first_fit_steps` steps (2:
-its one-time costs, not the steps), is timed in a fresh process of its own (`--first_fit_of`), as a user's
-script meets it, the sides taking turns, in alternating order, for `--first_fit_rounds` rounds (medians of
-the seconds and of the per-round ratios). In the process of the rounds the side that fits first pays the
-process's one-time costs (TensorFlow's first trace and graph optimisation, Keras' first `fit`), which
-`first_fit_seconds_in_process` (the private side first, after the models before it) still shows. The
-reference is `bench/opacus_models.py` (the same models in PyTorch with Opacus, same B and shapes).
+Each model is built twice from the same seed (one wrapped by `make_private`, clipping "auto", micro, C = 1, z =
+1, Poisson batches of expected size B; one compiled as it is) and each side runs `fit(epochs=1)` over N = B *
+steps examples (20 steps by default: with 2, as before, Keras' own set-up of a `fit` call, its data handler and
+iterator, about 47 ms here, took as long as two convnet steps, and the rows timed that more than the steps). The
+non-private side fits the same batches in order (no shuffle) from a `tf.data` pipeline without the autotuner, as
+tfpriv's own pipeline is (`without_autotune`). After one untimed `fit` per side (tracing), the sides take turns
+for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of the per-round ratio
+private / non-private (higher is better), with the 1-minute load average at its start and end, and the seconds
+of each side's first fit (tracing, and for the private side the engine's check of its clipping path) with their
+ratio `first_fit_ratio` (private / non-private). Each side's first fit, an epoch of `--first_fit_steps` steps
+(2: its one-time costs, not the steps), is timed in a fresh process of its own (`--first_fit_of`), as a user's
+script meets it, the sides taking turns, in alternating order, for `--first_fit_rounds` rounds (medians of the
+seconds and of the per-round ratios). In the process of the rounds the side that fits first pays the process's
+one-time costs (TensorFlow's first trace and graph optimisation, Keras' first `fit`), which
+`first_fit_seconds_in_process` (the private side first, after the models before it) still shows. The reference
+is `bench/opacus_models.py` (the same models in PyTorch with Opacus, same B and shapes).
 
 The builders take the Keras module as an argument: `--keras=3` builds every model in Keras 3
 (`import keras`, which `make_private` returns as a Keras 3 model).
@@ -68,6 +69,15 @@ SIDES = ("private", "non-private")
 FIRST_FIT = "FIRST_FIT_SECONDS"
 
 
+def without_autotune() -> tf.data.Options:
+    """tf.data options without the autotuner, as tfpriv's own pipelines (`tfpriv.data.sampling`): with it,
+    a `fit` whose iterator the autotuner's thread outlives returns only when that thread's sleep ends, at the
+    next 10 * (2^k - 1) ms after the iterator was made (Keras' own pipeline of arrays; a 5.3 s fit at 10.2 s)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
+
+
 def side_run(name: str, side: str, s: dict, b: int, steps: int, keras=tf_keras) -> Callable[[], int]:
     """A `side` ("private" or "non-private") of model `name`, built and compiled: fit once, return the
     examples seen. The README MLP fits its digits for 10 epochs at B = 64 (the README's example), the
@@ -90,9 +100,10 @@ def side_run(name: str, side: str, s: dict, b: int, steps: int, keras=tf_keras) 
         return run_private
     plain = MODELS[name](keras, s)
     plain.compile(optimizer="adam", loss=loss)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(b).with_options(without_autotune())
 
     def run_plain() -> int:
-        plain.fit(x, y, batch_size=b, epochs=epochs, verbose=0, shuffle=False)
+        plain.fit(batches, epochs=epochs, verbose=0)
         return n * epochs
     return run_plain
 
