@@ -94,9 +94,11 @@ def test_first_rows_are_shaped_as_the_datasets_batches(arrays, sampling):
 
 
 @pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
-def test_the_pipelines_run_without_the_autotuner(sampling):
+def test_the_pipelines_run_without_the_autotuner_and_the_default_rewrites(sampling):
     """Nothing in them is AUTOTUNE, and the autotuner's sleeping thread held up the end of every `fit` until
-    its sleep ended (an iterator is destroyed only then): a 5.3 s fit returned at 10.2 s."""
+    its sleep ended (an iterator is destroyed only then): a 5.3 s fit returned at 10.2 s. The default rewrites
+    serialized the arrays held in the pipeline at every iterator: 194 ms a `fit` on MNIST's 60,000 images."""
     ds, _, _ = make_dataset(X, 10, sampling, 0)
     assert ds.options().autotune.enabled is False
+    assert ds.options().experimental_optimization.apply_default_optimizations is False
     assert ds.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.DATA
