@@ -7,8 +7,8 @@ Each model is built twice from the same seed (one wrapped by `make_private`, cli
 1, Poisson batches of expected size B; one compiled as it is) and each side runs `fit(epochs=1)` over N = B *
 steps examples (20 steps by default: with 2, as before, Keras' own set-up of a `fit` call, its data handler and
 iterator, about 47 ms here, took as long as two convnet steps, and the rows timed that more than the steps). The
-non-private side fits the same batches in order (no shuffle) from a `tf.data` pipeline without the autotuner, as
-tfpriv's own pipeline is (`without_autotune`). After one untimed `fit` per side (tracing), the sides take turns
+non-private side fits the same batches in order (no shuffle) from a `tf.data` pipeline with the options of
+tfpriv's own (`lean_options`). After one untimed `fit` per side (tracing), the sides take turns
 for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of the per-round ratio
 private / non-private (higher is better), with the 1-minute load average at its start and end, and the seconds
 of each side's first fit (tracing, and for the private side the engine's check of its clipping path) with their
@@ -69,12 +69,14 @@ SIDES = ("private", "non-private")
 FIRST_FIT = "FIRST_FIT_SECONDS"
 
 
-def without_autotune() -> tf.data.Options:
-    """tf.data options without the autotuner, as tfpriv's own pipelines (`tfpriv.data.sampling`): with it,
-    a `fit` whose iterator the autotuner's thread outlives returns only when that thread's sleep ends, at the
-    next 10 * (2^k - 1) ms after the iterator was made (Keras' own pipeline of arrays; a 5.3 s fit at 10.2 s)."""
+def lean_options() -> tf.data.Options:
+    """tf.data options of tfpriv's own pipelines (`tfpriv.data.sampling`): no autotuner (with it, a `fit` whose
+    iterator the autotuner's thread outlived returned only when that thread's sleep ended, at the next
+    10 * (2^k - 1) ms after the iterator was made: a 5.3 s fit at 10.2 s) and no default rewrites (which serialize
+    the arrays the pipeline holds at every iterator). The non-private side gets the same, so neither side pays them."""
     options = tf.data.Options()
     options.autotune.enabled = False
+    options.experimental_optimization.apply_default_optimizations = False
     return options
 
 
@@ -100,10 +102,10 @@ def side_run(name: str, side: str, s: dict, b: int, steps: int, keras=tf_keras) 
         return run_private
     plain = MODELS[name](keras, s)
     plain.compile(optimizer="adam", loss=loss)
-    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(b).with_options(without_autotune())
 
-    def run_plain() -> int:
-        plain.fit(batches, epochs=epochs, verbose=0)
+    def run_plain() -> int:  # the pipeline made at every `fit`, as Keras makes its own of arrays and tfpriv its own
+        plain.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(b).with_options(lean_options()),
+                  epochs=epochs, verbose=0)
         return n * epochs
     return run_plain
 
