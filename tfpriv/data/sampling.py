@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfpriv.data.batches import pipeline_options
 from tfpriv.errors import ConfigError
 
 SAMPLINGS = ("poisson", "shuffle")
@@ -86,18 +87,11 @@ def _check_seed(seed: int) -> int:
 
 
 def _global_batches(ds: tf.data.Dataset) -> tf.data.Dataset:
-    """`ds` with DATA auto-sharding (split every global batch across all replicas, see above), without
-    tf.data's autotuner and its default graph rewrites (experiments/throughput/README.md):
-    - these pipelines set no parameter for the autotuner to tune, and its thread sleeps 10, 20, 40, ...
-      ms, a sleep the iterator's destructor waits out: a `fit` ended t seconds after its iterator was
-      made returned at the next 10 * (2^k - 1) ms (a 5.3 s fit at 10.2 s);
-    - the rewrites serialize the pipeline's graph, the arrays it holds included, when an iterator is
-      made: 194 ms a `fit` for 60,000 MNIST images (24 ms without); none of them applies here (one
-      map, read one batch a step, behind a fixed prefetch)."""
-    options = tf.data.Options()
+    """`ds` with DATA auto-sharding (split every global batch across all replicas, see above) and
+    tfpriv's pipeline options (`batches.pipeline_options`: no autotuner, whose sleeping thread held the
+    end of a `fit`, no default rewrites, which copied the arrays at every iterator)."""
+    options = pipeline_options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    options.autotune.enabled = False
-    options.experimental_optimization.apply_default_optimizations = False
     return ds.with_options(options)
 
 

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from tfpriv.compat import keras
+from tfpriv.data.batches import shuffled_batches
 from tfpriv.errors import UsageError
 from tfpriv.metrics.generative import frechet_distance, inception_score
 from tfpriv.metrics.eval_classifier import classifier_outputs, compiled_classifier
@@ -63,7 +64,7 @@ def downstream_accuracy(images: np.ndarray, labels: np.ndarray, x_test: np.ndarr
     (`verbose`: Keras progress of its training)."""
     model = compiled_classifier(len(images), epochs, batch_size, seed)
     start = time.time()
-    model.fit(images, labels, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
+    model.fit(shuffled_batches(images, np.asarray(labels), batch_size, seed), epochs=epochs, verbose=verbose)
     _, acc = model.evaluate(x_test, np.asarray(y_test), batch_size=1000, verbose=0)
     return {"downstream_accuracy": float(acc), "downstream_train_examples": int(len(images)),
             "downstream_epochs": epochs, "downstream_seconds": time.time() - start}

@@ -41,6 +41,7 @@ from typing import Callable
 import numpy as np
 
 from tfpriv.compat import keras
+from tfpriv.data.batches import shuffled_batches
 from tfpriv.errors import UsageError
 from tfpriv.metrics import resnet as resnet_lib
 
@@ -170,9 +171,9 @@ def train_and_select(model: keras.Model, images: np.ndarray, labels: np.ndarray,
     ema = _WeightEma()
     selected_weights, selected_epoch = None, 0
     x = (images * 2.0 - 1.0).astype(np.float32)
-    y = np.asarray(labels).astype(np.int32)
+    batches = shuffled_batches(x, np.asarray(labels).astype(np.int32), batch_size, seed=None)  # a new order a fit
     for epoch in range(1, epochs + 1):
-        model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=True, verbose=verbose, callbacks=[ema])
+        model.fit(batches, epochs=1, verbose=verbose, callbacks=[ema])
         ema.swap()  # evaluate the averaged weights (the batch-norm statistics are the live ones, as in the source)
         if selection.offer(count_correct(model, val_images, val_labels)):
             selected_weights, selected_epoch = model.get_weights(), epoch

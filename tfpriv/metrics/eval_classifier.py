@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfpriv.compat import keras
+from tfpriv.data.batches import shuffled_batches
 from tfpriv.errors import DataError, UsageError
 from tfpriv.files import write_json
 from tfpriv.training.results import write_results
@@ -110,7 +111,7 @@ def train_classifier(dataset: str, data_dir: str, epochs: int = DEFAULT_EPOCHS, 
         x_train, y_train = x_train[:max_train_examples], y_train[:max_train_examples]
     model = compiled_classifier(len(x_train), epochs, batch_size, seed)
     start = time.time()
-    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
+    model.fit(shuffled_batches(x_train, y_train, batch_size, seed), epochs=epochs, verbose=verbose)
     train_seconds = time.time() - start
     _, test_acc = model.evaluate(x_test, y_test, batch_size=1000, verbose=0)
     info = {
