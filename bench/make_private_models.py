@@ -8,17 +8,18 @@ Each model is built twice from the same seed (one wrapped by `make_private`, cli
 steps examples (20 steps by default: with 2, as before, Keras' own set-up of a `fit` call, its data handler and
 iterator, about 47 ms here, took as long as two convnet steps, and the rows timed that more than the steps). The
 non-private side fits the same batches in order (no shuffle) from a `tf.data` pipeline with the options of
-tfpriv's own (`lean_options`). After one untimed `fit` per side (tracing), the sides take turns
-for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of the per-round ratio
-private / non-private (higher is better), with the 1-minute load average at its start and end, and the seconds
-of each side's first fit (tracing, and for the private side the engine's check of its clipping path) with their
-ratio `first_fit_ratio` (private / non-private). Each side's first fit, an epoch of `--first_fit_steps` steps
-(2: its one-time costs, not the steps), is timed in a fresh process of its own (`--first_fit_of`), as a user's
-script meets it, the sides taking turns, in alternating order, for `--first_fit_rounds` rounds (medians of the
-seconds and of the per-round ratios). In the process of the rounds the side that fits first pays the process's
-one-time costs (TensorFlow's first trace and graph optimisation, Keras' first `fit`), which
-`first_fit_seconds_in_process` (the private side first, after the models before it) still shows. The reference
-is `bench/opacus_models.py` (the same models in PyTorch with Opacus, same B and shapes).
+tfpriv's own (`tfpriv.data.batches.pipeline_options`). After one untimed `fit` per side (tracing), the sides
+take turns for `--rounds` rounds; a row reports the median and IQR over rounds of examples/s and of the
+per-round ratio private / non-private (higher is better), with the 1-minute load average at its start and end,
+and the seconds of each side's first fit (tracing, and for the private side the engine's check of its clipping
+path) with their ratio `first_fit_ratio` (private / non-private). Each side's first fit, an epoch of
+`--first_fit_steps` steps (2: its one-time costs, not the steps), is timed in a fresh process of its own
+(`--first_fit_of`), as a user's script meets it, the sides taking turns, in alternating order, for
+`--first_fit_rounds` rounds (medians of the seconds and of the per-round ratios). In the process of the rounds
+the side that fits first pays the process's one-time costs (TensorFlow's first trace and graph optimisation,
+Keras' first `fit`), which `first_fit_seconds_in_process` (the private side first, after the models before it)
+still shows. The reference is `bench/opacus_models.py` (the same models in PyTorch with Opacus, same B and
+shapes).
 
 The builders take the Keras module as an argument: `--keras=3` builds every model in Keras 3
 (`import keras`, which `make_private` returns as a Keras 3 model).
@@ -48,6 +49,7 @@ from bench.model_sizes import QUICK_SIZES, SIZES  # noqa: E402
 from bench.rounds import interleaved, load_average, print_row, quantiles, summary  # noqa: E402
 from bench.user_models import MODELS, data  # noqa: E402
 from tfpriv.compat import keras as tf_keras  # noqa: E402
+from tfpriv.data.batches import pipeline_options  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 256, "B: expected (private) and fixed (non-private) batch size")
@@ -67,17 +69,6 @@ flags.DEFINE_string("first_fit_of", None, "MODEL:SIDE (private or non-private): 
 README_BATCH, README_EPOCHS = 64, 10  # the README's make_private example
 SIDES = ("private", "non-private")
 FIRST_FIT = "FIRST_FIT_SECONDS"
-
-
-def lean_options() -> tf.data.Options:
-    """tf.data options of tfpriv's own pipelines (`tfpriv.data.sampling`): no autotuner (with it, a `fit` whose
-    iterator the autotuner's thread outlived returned only when that thread's sleep ended, at the next
-    10 * (2^k - 1) ms after the iterator was made: a 5.3 s fit at 10.2 s) and no default rewrites (which serialize
-    the arrays the pipeline holds at every iterator). The non-private side gets the same, so neither side pays them."""
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    options.experimental_optimization.apply_default_optimizations = False
-    return options
 
 
 def side_run(name: str, side: str, s: dict, b: int, steps: int, keras=tf_keras) -> Callable[[], int]:
@@ -104,7 +95,7 @@ def side_run(name: str, side: str, s: dict, b: int, steps: int, keras=tf_keras) 
     plain.compile(optimizer="adam", loss=loss)
 
     def run_plain() -> int:  # the pipeline made at every `fit`, as Keras makes its own of arrays and tfpriv its own
-        plain.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(b).with_options(lean_options()),
+        plain.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(b).with_options(pipeline_options()),
                   epochs=epochs, verbose=0)
         return n * epochs
     return run_plain
