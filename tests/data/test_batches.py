@@ -9,9 +9,9 @@ X = np.arange(23, dtype=np.float32)[:, None] * np.ones([1, 3], np.float32)
 Y = np.arange(23, dtype=np.int32)
 
 
-def epochs(ds, n):
-    it = [[(bx.numpy(), by.numpy()) for bx, by in ds] for _ in range(n)]
-    return it
+def epochs(ds, n: int) -> list:
+    """n iterations of `ds` (what n epochs of a `fit` read), each a list of (x, y) batches."""
+    return [[(bx.numpy(), by.numpy()) for bx, by in ds] for _ in range(n)]
 
 
 def test_every_iteration_is_a_new_permutation_in_batches_with_the_rows_kept_together():
