@@ -5,7 +5,7 @@ import pytest
 from tests.privacy.rules.helpers import check_rule
 from tfpriv.compat import keras
 from tfpriv.privacy.clipping import _ghost_pays
-from tfpriv.privacy.rules.conv import ONE_HOT_CONV_MAX_DEPTH
+from tfpriv.privacy.rules.conv import ONE_HOT_CONV_MAX_CHANNELS
 
 
 @pytest.mark.parametrize("kwargs", [dict(strides=2, padding="same"), dict(padding="valid", dilation_rate=2),
@@ -15,9 +15,9 @@ def test_conv2d(kwargs):
     check_rule(keras.layers.Conv2D(3, 3, **kwargs), x, "conv2d")
 
 
-def test_wide_conv2d_takes_ghost_norms_and_extracted_patches():
-    """Patches deeper than a one-hot convolution pays for (3*3*16 = 144) and a layer where the
+def test_wide_conv2d_takes_ghost_norms_and_gathered_patches():
+    """Patches of 16 channels (gathered, not by a one-hot convolution) and a layer where the
     ghost norm beats the instantiated gradient: the other branches of both decisions."""
-    assert 3 * 3 * 16 > ONE_HOT_CONV_MAX_DEPTH and _ghost_pays(4, 3 * 3 * 16, 128)
+    assert 16 > ONE_HOT_CONV_MAX_CHANNELS and _ghost_pays(4, 3 * 3 * 16, 128)
     x = np.random.default_rng(0).normal(size=[4, 4, 4, 16]) * 0.2
     check_rule(keras.layers.Conv2D(128, 3, padding="valid"), x, "conv2d", clip=0.05)
