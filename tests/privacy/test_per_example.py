@@ -120,6 +120,19 @@ def test_clipped_sums_taken_a_chunk_at_a_time_equal_the_naive_loop(case, chunk):
     assert _rel_err(ref.flat(grads) * 10, naive) < RTOL  # expected_batch_size 10
 
 
+def test_chunks_run_one_after_another():
+    """The chunk loop has parallel_iterations=1: with the loop's default (10) the executor runs chunks side
+    by side and holds their intermediates together, which is the memory `per_example_chunk` bounds."""
+    build, make_loss, shape, spec = CASES["dense-gp"]
+    model = build()
+    loss_fn = make_loss(model)
+    engine = engine_for(model, spec, per_example_chunk=3)
+    x = tf.random.stateless_normal(shape, seed=[1, 2])
+    graph = tf.function(lambda x: engine.gradients(loss_fn, x)).get_concrete_function(x).graph
+    loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
+    assert len(loops) == 1 and loops[0].get_attr("parallel_iterations") == 1
+
+
 def test_a_chunk_holds_64_mib_of_per_example_gradients_unless_configured(monkeypatch):
     """Automatic chunks only where the expected batch's per-example gradients exceed one; never with fast
     clipping or batch-wise terms (micro's psi needs the whole batch)."""
@@ -130,6 +143,8 @@ def test_a_chunk_holds_64_mib_of_per_example_gradients_unless_configured(monkeyp
     assert engine_for(model, spec, per_example_chunk=4).clips_by_chunk
     monkeypatch.setattr(per_example, "CHUNK_BYTES", 276 * 9)
     assert per_example.chunk_size(model.trainable_variables) == 9 and engine_for(model, spec).clips_by_chunk
+    # The expected batch in chunks of equal size (10 in 2 of 5, not 9 and then 1 on its own), at most 9.
+    assert [per_example.chunk_size(model.trainable_variables, b) for b in (10, 9, 64, 2.5)] == [5, 9, 8, 3]
     assert not engine_for(model, spec, clipping="fast", per_example_chunk=1).clips_by_chunk
     assert not engine_for(model, TermSpec(sample=("a",), batch=("b",)), max_batch_size=20,
                           per_example_chunk=1).clips_by_chunk

@@ -281,7 +281,8 @@ clipping = _shared("fast", "fast (ghost norms, per-layer rules), per_example (ve
                    "check finds it exact, else per_example; one line names each layer's path).", choices=CLIPPING_METHODS)
 per_example_chunk = _shared(None, "--clipping=per_example with sample-wise terms only: examples whose gradients are "
                             "computed, clipped and summed at once (fewer: less memory, slower). Default: the whole batch, "
-                            "or as many as hold 64 MiB of per-example gradients if it would hold more.", ge=1)
+                            "or chunks of equal size holding at most 64 MiB of per-example gradients if it would hold "
+                            "more.", ge=1)
 clipped_sum = _shared("bookkeeping", "bookkeeping (from the first pass) or reweight (second backward pass).",
                       choices=CLIPPED_SUM_METHODS)
 latent_dim = _shared(None, "Latent dimension of the VAE (default per dataset).", ge=1)

@@ -51,9 +51,10 @@ class DPConfig:
         output gradients) or `reweight` (a second backward pass of the reweighted loss).
       per_example_chunk: `per_example` clipping of sample-wise terms only: how many examples'
         gradients are computed, clipped and summed at once (memory against speed: the step holds
-        this many examples' gradients and intermediates, never the whole batch's). None: as many as
-        hold 64 MiB of per-example gradients where the expected batch's exceed that, else the whole
-        batch at once (most models).
+        this many examples' gradients and intermediates, never the whole batch's; chunks run one
+        after another). None: where the expected batch's per-example gradients exceed 64 MiB, the
+        expected batch in chunks of equal size holding at most that much; else the whole batch at
+        once (most models).
       verify: check once, before training and on a public batch shaped like the first one (no
         record is read), that the fast or per_example path's norms equal a per-example Jacobian
         computation and that sample-wise terms are local (`auto` always checks: it chooses by it).

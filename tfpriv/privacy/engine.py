@@ -446,7 +446,8 @@ class DPGradientEngine:
         clip = self.config.l2_norm_clip
         return clipped_sums_by_chunk(loss_fn, inputs, ok, self.variables, self.spec, batch_size,
                                      lambda sq, keep: _clip_factors(sq, clip, keep), scale,
-                                     self.config.per_example_chunk or chunk_size(self.variables), owner=self)
+                                     self.config.per_example_chunk
+                                     or chunk_size(self.variables, self.config.expected_batch_size), owner=self)
 
     def _per_example_pass(self, loss_fn, inputs, layout, batch_size):
         singleton = self.config.partitions_for_batch_terms == SINGLETON_PARTITIONS
