@@ -99,6 +99,28 @@ def test_noise_std_of_averaged_critic_gradient_is_z_c_over_expected_batch(cond_m
         assert std == pytest.approx(z * clip / expected_batch, rel=0.06)
 
 
+@pytest.mark.parametrize("conditional,gp_weight", [(True, 10.0), (False, 10.0), (True, 0.0)])
+def test_terms_are_the_papers_with_the_critic_called_on_each_image_apart(conditional, gp_weight):
+    """Wasserstein term D(fake_i) - D(real_i), penalty gp_weight (||grad D(xhat_i)|| - 1)^2 with xhat_i =
+    m_i real_i + (1 - m_i) fake_i, each computed here by its own critic call (the model calls the critic once
+    on fakes and reals together when the penalty is on)."""
+    model = make_dpwgan_gp(capacity=2, latent_size=4, num_classes=10 if conditional else None, seed=0,
+                           gp_weight=gp_weight)
+    inputs = critic_inputs(5, conditional=conditional, seed=9)
+    labels = inputs.get("label")
+    terms = model.critic_terms(inputs["image"], inputs["fake"], labels, inputs["mix"])
+    for i in range(5):
+        critic = (lambda x: model.critic(x if labels is None else [x, labels[i:i + 1]], training=True))  # noqa: E731
+        want = float(critic(inputs["fake"][i:i + 1])[0] - critic(inputs["image"][i:i + 1])[0])
+        np.testing.assert_allclose(float(terms["wasserstein"][i]), want, rtol=1e-5, atol=1e-6)
+        m = float(inputs["mix"][i])
+        xhat = tf.Variable(m * inputs["image"][i:i + 1] + (1 - m) * inputs["fake"][i:i + 1])
+        with tf.GradientTape() as tape:
+            value = critic(xhat)
+        penalty = gp_weight * (np.linalg.norm(tape.gradient(value, xhat).numpy()) - 1.0) ** 2
+        np.testing.assert_allclose(float(terms["penalty"][i]), penalty, rtol=1e-4, atol=1e-6)
+
+
 def test_verify_refuses_fast_clipping_for_the_gradient_penalty(cond_model):
     fast = DPGradientEngine(dp(clipping="fast"), cond_model.critic, cond_model.spec,
                             variables=cond_model.critic.trainable_variables)
