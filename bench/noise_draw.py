@@ -49,25 +49,25 @@ def variants(grads: list[tf.Variable]) -> dict:
     gen, std = engine.generator, engine.noise_stddev
     n = sum(int(np.prod(v.shape)) for v in grads)
 
-    def kernel(count, shape):
-        key, counter = gen._key_counter(count)
-        return tf.raw_ops.StatelessRandomNormalV2(shape=shape, key=key, counter=counter, alg=gen.algorithm) * std
+    def seed():  # a fresh stateless seed from the engine's generator (its state advances)
+        return gen.make_seeds(1)[:, 0]
+
+    def kernel(shape):
+        return tf.random.stateless_normal(shape, seed(), alg="philox") * std
 
     @tf.function(jit_compile=True)
-    def xla_kernel(key, counter):
-        return tf.raw_ops.StatelessRandomNormalV2(shape=[n], key=key, counter=counter, alg=gen.algorithm) * std
+    def xla_kernel(s):
+        return tf.random.stateless_normal([n], s, alg="philox") * std
 
     def xla():
-        key, counter = gen._key_counter(n)
-        return xla_kernel(key, counter)
+        return xla_kernel(seed())
 
     def uniform_bits():
-        key, counter = gen._key_counter(n)
-        return tf.raw_ops.StatelessRandomUniformV2(shape=[n], key=key, counter=counter, alg=gen.algorithm)
+        return tf.random.stateless_uniform([n], seed(), alg="philox")
 
-    return {"kernel per variable": lambda: [g + kernel(tf.size(g), tf.shape(g)) for g in grads],
+    return {"kernel per variable": lambda: [g + kernel(tf.shape(g)) for g in grads],
             "engine": lambda: engine._add_noise([tf.identity(g) for g in grads]),
-            "kernel, one draw": lambda: kernel(n, [n]),
+            "kernel, one draw": lambda: kernel([n]),
             "uniform bits": uniform_bits,
             "kernel under XLA": xla}, n
 
