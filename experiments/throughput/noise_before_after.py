@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app
 from bench import throughput as T
+from tfpriv.compat import keras
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 
@@ -33,7 +34,7 @@ def old_add_noise(self, grads, psi_reaches=None):
 
     def normal_once(shape, stddev, dtype):
         shape = tf.cast(tf.reshape(shape, [-1]), tf.int64)
-        key, counter = self.generator._key_counter(tf.reduce_prod(shape))
+        key, counter = self.generator._prepare_key_counter(shape)  # one skip of the shared state per variable
         z = tf.raw_ops.StatelessRandomNormalV2(shape=shape, key=key, counter=counter, alg=self.generator.algorithm,
                                                dtype=dtype)
         return z * tf.cast(stddev, dtype)
@@ -56,7 +57,7 @@ def clf(private, b):
     m = T._Classifier()
     dp = DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=b,
                   verify=False) if private else None
-    m.compile(tf.keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if private else None)
+    m.compile(keras.optimizers.SGD(1e-3), dp=dp, num_examples=b if private else None)
     return T.Config("tfpriv micro" if private else "none", T.keras_step(m, data))
 
 
@@ -71,7 +72,7 @@ def main(argv):
         configs[2].reference = "none (16 partitions)"
         out.append(T.run_section(f"{kind}_vae", configs, 3, rounds, {"batch_size": b}))
         del configs
-        tf.keras.backend.clear_session()
+        keras.backend.clear_session()
     configs = [clf(False, b), with_old_noise(lambda: clf(True, b), "tfpriv micro (previous noise)"), clf(True, b)]
     out.append(T.run_section("mlp_classifier", configs, 3, rounds, {"batch_size": b}))
     for sec in out:

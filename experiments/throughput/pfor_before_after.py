@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import tensorflow as tf
 from absl import app
 from bench import throughput as T
+from tfpriv.compat import keras
 from tfpriv.privacy import pfor_rules
 
 PRIVATE = "micro, clipping=per_example"
@@ -38,7 +39,7 @@ def main(argv):
         T.record_speedups(sec, " (previous)", "speedup_over_previous")
         out.append(sec)
         del configs
-        tf.keras.backend.clear_session()
+        keras.backend.clear_session()
     with open(argv[1], "w") as f:
         json.dump({"command": "python experiments/throughput/pfor_before_after.py " + " ".join(argv[1:]),
                    "environment": {k: os.environ[k] for k in ("ROUNDS", "BATCH_SIZES") if k in os.environ},

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app
 from bench import throughput as T
+from tfpriv.compat import keras
 from tfpriv.privacy.clipping import FastPass
 from tfpriv.privacy.config import DPConfig
 
@@ -35,12 +36,12 @@ def conv_classifier(private, b):
     rng = np.random.default_rng(0)
     data = (rng.random([b, *T.IMAGE], dtype=np.float32), rng.integers(0, 10, b).astype(np.int32))
     if not private:
-        return T.Config("none (Keras)", T._keras(T._convnet(), tf.keras.optimizers.SGD(1e-3),
-                                                 tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), data))
-    xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        return T.Config("none (Keras)", T._keras(T._convnet(), keras.optimizers.SGD(1e-3),
+                                                 keras.losses.SparseCategoricalCrossentropy(from_logits=True), data))
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     m = tfpriv.make_private(T._convnet(), loss=xent, num_examples=60000, batch_size=b,
                             config=DPConfig(aggregation="micro", l2_norm_clip=1.0, noise_multiplier=1.0, verify=False))
-    m.compile(tf.keras.optimizers.SGD(1e-3))
+    m.compile(keras.optimizers.SGD(1e-3))
     return T.Config("make_private", T.keras_step(m, data))
 
 
@@ -54,7 +55,7 @@ def main(argv):
     configs[2].reference = "none (16 partitions)"
     out.append(T.run_section("conv_vae", configs, 3, rounds, {"batch_size": b}))
     del configs
-    tf.keras.backend.clear_session()
+    keras.backend.clear_session()
     configs = [conv_classifier(False, b), previous(lambda: conv_classifier(True, b), "make_private (previous)"),
                conv_classifier(True, b)]
     out.append(T.run_section("conv_classifier", configs, 3, rounds, {"batch_size": b}))
