@@ -1,5 +1,5 @@
 """Rewrites `tf.keras` to tfpriv's Keras 2 (`from tfpriv.compat import keras`) in the Python files of
-tfpriv/, tests/, bench/, scripts/ and train.py; idempotent, so it can be re-run after merging code
+tfpriv/, tests/, bench/, scripts/, experiments/ and train.py; idempotent, so it can be re-run after merging code
 that still says `tf.keras`. Run from the repository root: `python tools/use_compat_keras.py`.
 
 Per file that mentions `tf.keras` (tfpriv/compat.py and its test excepted): every `tf.keras` becomes `keras`.
@@ -13,7 +13,7 @@ import pathlib
 import re
 import sys
 
-ROOTS = ("tfpriv", "tests", "bench", "scripts", "train.py")
+ROOTS = ("tfpriv", "tests", "bench", "scripts", "experiments", "train.py")
 SKIP = {"tfpriv/compat.py", "tests/test_compat.py"}  # the module itself; its test names tf.keras
 TF_KERAS = re.compile(r"\btf\.keras\b")
 TF_IMPORT = re.compile(r"^(\s*)import tensorflow as tf(\s*#.*)?$")  # with its comment, e.g. noqa

@@ -73,8 +73,9 @@ def ncsnpp_forward_flops(image_size: int = 28, channels: int = 1, nf: int = 32, 
 def measured_flops_per_second(batch: int, repeats: int) -> tuple[float, float, float]:
     """Median, min and max FLOP/s of a 3x3 64 -> 64 convolution at 28x28, forward + backward (3x forward)."""
     import tensorflow as tf
+    from tfpriv.compat import keras
 
-    layer = tf.keras.layers.Conv2D(64, 3, padding="same")
+    layer = keras.layers.Conv2D(64, 3, padding="same")
     x = tf.random.normal([batch, 28, 28, 64])
     layer.build(x.shape)
 

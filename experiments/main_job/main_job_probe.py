@@ -34,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from tfpriv.compat import keras  # noqa: E402
 from tfpriv.data import load_dataset  # noqa: E402
 from tfpriv.privae.architectures import build_architecture  # noqa: E402
 from tfpriv.privae.divergences import make_divergence  # noqa: E402
@@ -67,8 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _optimizer(name: str, lr: float) -> tf.keras.optimizers.Optimizer:
-    return tf.keras.optimizers.Adam(lr) if name == "adam" else tf.keras.optimizers.SGD(lr)
+def _optimizer(name: str, lr: float) -> keras.optimizers.Optimizer:
+    return keras.optimizers.Adam(lr) if name == "adam" else keras.optimizers.SGD(lr)
 
 
 def sample_scores(vae: VAE, real: np.ndarray, data_dir, epochs: int, n: int = 10000) -> dict:
@@ -99,7 +100,7 @@ def sample_scores(vae: VAE, real: np.ndarray, data_dir, epochs: int, n: int = 10
 def run(args: argparse.Namespace) -> dict:
     wall_start = time.time()
     load_before = os.getloadavg()
-    tf.keras.utils.set_random_seed(args.seed)
+    keras.utils.set_random_seed(args.seed)
     os.makedirs(args.output_dir, exist_ok=True)
 
     t = time.time()
