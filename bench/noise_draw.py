@@ -8,7 +8,8 @@ Variants: `kernel per variable` (StatelessRandomNormalV2 per variable, the previ
 `engine` (DPGradientEngine._add_noise: one StreamGenerator.normal_once for all variables of a
 dtype, split; Box-Muller as vectorized ops); `kernel, one draw` (the kernel once for all parameters); `uniform bits` (the
 Philox uniforms alone: a floor for any transform of them); `kernel under XLA` (the kernel in a
-`jit_compile` function). Each draws from the engine's own generator (state advanced by a skip).
+`jit_compile` function). The kernel variants draw at a fresh seed from the engine's own generator
+(`make_seeds`: a few scalar ops per draw).
 """
 from __future__ import annotations
 
