@@ -78,8 +78,8 @@ class DPWGANGP(PrivateWGAN):
             return {"wasserstein": wasserstein, "penalty": tf.zeros_like(wasserstein)}
         # With the penalty, clipping is per-example (`check_config`): the fakes and real images in one call
         # make each layer's per-example gradient of the Wasserstein term one product over the example's two
-        # rows, not two summed (the private step 13 % faster at B = 64). Fast clipping takes a layer call's rows as the
-        # examples, so the calls stay apart without the penalty.
+        # rows, not two summed (the private step 13 % faster at B = 64). Fast clipping takes a layer call's
+        # rows as the examples, so the calls stay apart without the penalty.
         n = tf.shape(real)[0]
         scores = self.critic(self._critic_in(tf.concat([fake, real], 0),
                                              None if labels is None else tf.concat([labels, labels], 0)), training=True)
