@@ -5,11 +5,12 @@ import pytest
 import tensorflow as tf
 
 from tests.privacy import models
-from tfpriv.privacy.clipping import _balanced, _direct_sq_norms, _ghost_pays, _ghost_sq_norms, _group_outer
+from tfpriv.privacy.clipping import (MAX_PARTITION_PRODUCTS, _balanced, _direct_sq_norms, _ghost_pays, _ghost_sq_norms,
+                                     _group_outer, _partition_outer)
 from tfpriv.privacy.config import DPConfig
 from tfpriv.privacy.engine import DPGradientEngine
 from tfpriv.privacy.rules.conv import ConvRule
-from tfpriv.privacy.terms import LossTerms, TermSpec
+from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
 
 def test_ghost_and_direct_norms_equal_the_naive_norm():
@@ -29,6 +30,26 @@ def test_group_outer_is_each_groups_naive_outer_in_the_orientation_it_says(du, d
     assert outer.transposed == (dv < du)
     got = np.swapaxes(outer.values.numpy(), 1, 2) if outer.transposed else outer.values.numpy()
     np.testing.assert_allclose(got, [np.einsum("ri,rj->ij", u[g], v[g]) for g in range(3)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("du, dv", [(7, 4), (4, 7)])
+@pytest.mark.parametrize("parts", [4, MAX_PARTITION_PRODUCTS + 1])
+def test_partition_outer_is_each_partitions_naive_sum_and_a_nan_example_stays_in_its_partition(du, dv, parts):
+    """One product per partition (P <= MAX_PARTITION_PRODUCTS) or per-example products summed by partition
+    (above): each partition's sum of its rows' outer products, empty partitions 0, oriented as it says;
+    example 2's NaN makes its own partition NaN and no other."""
+    rng = np.random.default_rng(2)
+    ids = np.array([0, 2, 2, 0, 2, 1, 0, 2])  # partition 3 (and above) empty
+    u, v = rng.normal(size=[8, 5, du]).astype(np.float32), rng.normal(size=[8, 5, dv]).astype(np.float32)
+    u[2, 3, 0] = np.nan
+    outer = _partition_outer(tf.constant(u), tf.constant(v), BatchLayout(tf.constant(ids), parts))
+    assert outer.transposed == (dv < du)
+    got = np.swapaxes(outer.values.numpy(), 1, 2) if outer.transposed else outer.values.numpy()
+    want = np.zeros([parts, du, dv], np.float32)
+    for i, p in enumerate(ids):
+        want[p] += np.einsum("ri,rj->ij", u[i], v[i])
+    assert np.isnan(got[2]).any() and not np.isnan(np.delete(got, 2, axis=0)).any()
+    np.testing.assert_allclose(np.delete(got, 2, axis=0), np.delete(want, 2, axis=0), rtol=1e-5, atol=1e-5)
 
 
 def test_ghost_is_chosen_for_one_row_and_for_wide_layers_only():
@@ -100,7 +121,7 @@ def _drop_example_2(monkeypatch, model, power: int) -> list[bool]:
     `_finite_or` was given came out finite (False: the masked sum was taken)."""
     from tests.privacy import reference as ref
     from tfpriv.privacy import clipping
-    from tfpriv.privacy.terms import LossTerms, TermSpec
+    from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
 
     x = np.random.default_rng(0).normal(size=[5, *model.input_shape[1:]]).astype(np.float32)
     x[2] *= 1e30
