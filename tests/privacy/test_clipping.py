@@ -121,7 +121,7 @@ def _drop_example_2(monkeypatch, model, power: int) -> list[bool]:
     `_finite_or` was given came out finite (False: the masked sum was taken)."""
     from tests.privacy import reference as ref
     from tfpriv.privacy import clipping
-    from tfpriv.privacy.terms import BatchLayout, LossTerms, TermSpec
+    from tfpriv.privacy.terms import LossTerms, TermSpec
 
     x = np.random.default_rng(0).normal(size=[5, *model.input_shape[1:]]).astype(np.float32)
     x[2] *= 1e30

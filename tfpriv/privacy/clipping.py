@@ -121,8 +121,9 @@ def _group_outer(u: tf.Tensor, v: tf.Tensor) -> GroupOuter:
     return GroupOuter(tf.einsum("gri,grj->gij", u, v), False)
 
 
-# Largest static partition count summed by one matrix product per partition (`_partition_outer`); above
-# it (singleton partitions of a large batch) each example's product is summed by partition, in one op.
+# Largest static partition count summed by one matrix product per partition (`_partition_outer`; each
+# partition adds its ops to the traced step); above it (singleton partitions of a large batch) each
+# example's product is summed by partition (a sorted segment sum).
 MAX_PARTITION_PRODUCTS = 64
 
 
